@@ -1,0 +1,257 @@
+"""Compile a ``Schedule`` into flat arrays and its dependency edges (DESIGN.md, contract 4).
+
+The validator and the simulator both read this one compiled form, so the dependency rules exist once.
+Actions are numbered rank by rank in list order; a *lane* is (rank, stream): the compute stream
+runs its actions one at a time in list order, and so does every other stream.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ir import Action, Schedule
+from .kinds import Kind
+
+__all__ = ["Graph", "compile_schedule", "Problem_", "structure_problems", "wait_cycle"]
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """Flat arrays over the N actions of a schedule (numbered rank-major in list order)."""
+
+    schedule: Schedule
+    actions: tuple[Action, ...]
+    kinds: tuple[Kind, ...]          # kind id → Kind
+    rank: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray                 # kind id
+    mb: np.ndarray
+    pos: np.ndarray                  # index in its rank's list
+    lane: np.ndarray                 # rank * n_streams + stream id
+    lane_pos: np.ndarray             # index within its lane
+    n_lanes: int
+    src: np.ndarray                  # dependency edges src → dst (src must end before dst starts)
+    dst: np.ndarray
+    missing: tuple[tuple[int, int], ...]   # (action index, dep index in kind.after) not found
+
+    @property
+    def n(self) -> int:
+        return len(self.actions)
+
+
+@dataclass(frozen=True)
+class Problem_:
+    """One thing wrong with a schedule: a message and the (rank, position) cells it concerns."""
+
+    message: str
+    cells: tuple[tuple[int, int], ...] = ()
+    actions: tuple[str, ...] = ()
+
+
+def kind_ids(acts: tuple[Action, ...]) -> tuple[np.ndarray, list[Kind]]:
+    """Kind id per action and the id → Kind list (mapped by name: str hashes are cached)."""
+    names = [a.kind.name for a in acts]
+    kmap = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    by_name = {a.kind.name: a.kind for a in (acts[names.index(n)] for n in kmap)}
+    return np.array([kmap[n] for n in names], dtype=np.int64), [by_name[n] for n in kmap]
+
+
+def action_arrays(acts: tuple[Action, ...], schedule: Schedule | None = None):
+    """(kind ids, kinds, stages) of an action tuple; reuses the schedule's cache when it is its own."""
+    flat = schedule.__dict__.get("_flat") if schedule is not None else None
+    if flat is not None and flat[0] is acts:
+        return flat[4], list(flat[1]), flat[5]
+    kid, klist = kind_ids(acts)
+    return kid, klist, np.array([a.stage for a in acts], dtype=np.int64)
+
+
+def _flatten(s: Schedule):
+    """Flat per-action arrays, cached on the (immutable) schedule."""
+    cached = s.__dict__.get("_flat")
+    if cached is not None:
+        return cached
+    acts = tuple(a for row in s.order for a in row)
+    n = len(acts)
+    lens = [len(row) for row in s.order]
+    rank = np.repeat(np.arange(s.ranks), lens)
+    pos = np.concatenate([np.arange(k) for k in lens]) if n else np.zeros(0, np.int64)
+    kid, klist = kind_ids(acts)
+    stage = np.array([a.stage for a in acts], dtype=np.int64)
+    mb = np.array([a.microbatch for a in acts], dtype=np.int64)
+    out = (acts, tuple(klist), rank, pos, kid, stage, mb)
+    s.__dict__["_flat"] = out
+    return out
+
+
+def structure_problems(s: Schedule) -> list[Problem_]:
+    """Range, placement, duplicate and completeness problems (everything but ordering)."""
+    acts, klist, rank, pos, kid, stage, mb = _flatten(s)
+    out: list[Problem_] = []
+    S, M, R = s.num_stages, s.microbatches, s.ranks
+    bad_place = [st for st, r in enumerate(s.placement) if not 0 <= r < R]
+    if bad_place:
+        out.append(Problem_(f"placement puts stages {bad_place} on ranks outside 0..{R - 1}"))
+    cells = lambda idx: tuple((int(rank[i]), int(pos[i])) for i in idx)
+    names = lambda idx: tuple(str(acts[i]) for i in idx)
+    oor = np.flatnonzero((stage >= S) | (mb >= M))
+    for i in oor:
+        a = acts[i]
+        what = (f"stage {a.stage} out of range (the schedule has {S} stages, 0..{S - 1})"
+                if a.stage >= S else f"microbatch {a.microbatch} out of range (microbatches={M}, 0..{M - 1})")
+        out.append(Problem_(f"rank {rank[i]}, position {pos[i]}: {a}: {what}", cells([i]), names([i])))
+    ok = np.flatnonzero((stage < S) & (mb < M))
+    place = np.asarray(s.placement, dtype=np.int64)
+    if S:
+        wrong = ok[place[stage[ok]] != rank[ok]]
+        for i in wrong:
+            out.append(Problem_(f"rank {rank[i]}, position {pos[i]}: {acts[i]} is on rank {rank[i]}, but "
+                                f"stage {stage[i]} is placed on rank {place[stage[i]]}", cells([i]), names([i])))
+    # duplicates
+    key = (kid[ok] * max(S, 1) + stage[ok]) * max(M, 1) + mb[ok]
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    dup_mask = np.zeros(len(sk), bool)
+    if len(sk) > 1:
+        dup_mask[1:] = sk[1:] == sk[:-1]
+    for j in np.flatnonzero(dup_mask):
+        i_first, i_dup = ok[order[j - 1]], ok[order[j]]
+        if dup_mask[j - 1]:
+            continue  # report each duplicated key once
+        same = ok[order[sk == sk[j]]]
+        out.append(Problem_(f"{acts[i_dup]} appears {len(same)} times (ranks/positions "
+                            + ", ".join(f"r{rank[i]}#{pos[i]}" for i in same) + ")",
+                            cells(same), names(same[1:])))
+    # completeness: one F and (B or I+W) per (stage, microbatch)
+    have = {name: np.zeros((S, M), bool) for name in ("F", "I", "W", "B")}
+    for k, kind in enumerate(klist):
+        if kind.name in have:
+            sel = ok[kid[ok] == k]
+            have[kind.name][stage[sel], mb[sel]] = True
+    hf, hi, hw, hb = have["F"], have["I"], have["W"], have["B"]
+    miss: list[tuple[int, int, str]] = []
+    for st, m in np.argwhere(~hf):
+        miss.append((st, m, f"{st}F{m}"))
+    for st, m in np.argwhere(~hb & ~hi & ~hw):
+        miss.append((st, m, f"{st}B{m} (or {st}I{m} + {st}W{m})"))
+    for st, m in np.argwhere(~hb & hi & ~hw):
+        miss.append((st, m, f"{st}W{m}"))
+    for st, m in np.argwhere(~hb & ~hi & hw):
+        miss.append((st, m, f"{st}I{m}"))
+    if miss:
+        miss.sort()
+        texts = [t for _, _, t in miss]
+        shown = ", ".join(texts[:12]) + (f" and {len(texts) - 12} more" if len(texts) > 12 else "")
+        out.append(Problem_(f"missing actions: {shown}", (), tuple(t.split(" ")[0] for t in texts)))
+    bwd = [k for k, kd in enumerate(klist) if kd.is_backward]
+    for st, m in np.argwhere(hb & (hi | hw)):
+        idx = ok[(stage[ok] == st) & (mb[ok] == m) & np.isin(kid[ok], bwd)]
+        out.append(Problem_(f"stage {st} microbatch {m} has both a fused B and a split I/W backward",
+                            cells(idx), names(idx)))
+    return out
+
+
+def compile_schedule(s: Schedule) -> Graph:
+    """Flatten a structurally valid schedule and derive its dependency edges (cached per object)."""
+    g = s.__dict__.get("_graph")
+    if g is not None:
+        return g
+    acts, klist, rank, pos, kid, stage, mb = _flatten(s)
+    n, S, M, K = len(acts), s.num_stages, s.microbatches, len(klist)
+    table = np.full((K + 1, max(S, 1), max(M, 1)), -1, dtype=np.int64)  # row K: "absent"
+    table[kid, stage, mb] = np.arange(n)
+    kindex = {k.name: i for i, k in enumerate(klist)}
+    streams = sorted({k.stream for k in klist} - {"compute"})
+    stream_id = {"compute": 0, **{name: i + 1 for i, name in enumerate(streams)}}
+    n_streams = len(stream_id)
+    kstream = np.array([stream_id[k.stream] for k in klist], dtype=np.int64)
+    lane = rank * n_streams + (kstream[kid] if n else 0)
+    src_l, dst_l, missing = [], [], []
+    for k, kind in enumerate(klist):
+        idx = np.flatnonzero(kid == k)
+        if not len(idx):
+            continue
+        for d_i, dep in enumerate(kind.after):
+            ts = stage[idx] + dep.delta
+            valid = (ts >= 0) & (ts < S)
+            if not valid.any():
+                continue
+            vi, vts = idx[valid], ts[valid]
+            found = np.full(len(vi), -1, dtype=np.int64)
+            for name in dep.kinds:
+                if name in kindex:
+                    found = np.maximum(found, table[kindex[name], vts, mb[vi]])
+            hit = found >= 0
+            src_l.append(found[hit])
+            dst_l.append(vi[hit])
+            if dep.required:
+                missing.extend((int(i), d_i) for i in vi[~hit])
+        for name in kind.before:
+            if name in kindex:
+                tgt = table[kindex[name], stage[idx], mb[idx]]
+                hit = tgt >= 0
+                src_l.append(idx[hit])
+                dst_l.append(tgt[hit])
+    src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
+    dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
+    # position within lane: actions are rank-major in list order, so a stable sort by lane keeps order
+    lane_pos = np.zeros(n, dtype=np.int64)
+    if n:
+        o = np.argsort(lane, kind="stable")
+        starts = np.r_[0, np.flatnonzero(np.diff(lane[o])) + 1]
+        counts = np.diff(np.r_[starts, n])
+        lane_pos[o] = np.arange(n) - np.repeat(starts, counts)
+    g = Graph(s, acts, klist, rank, stage, kid, mb, pos, lane, lane_pos, s.ranks * n_streams,
+              src, dst, tuple(missing))
+    s.__dict__["_graph"] = g  # Schedule is immutable, so the compiled form can be cached on it
+    return g
+
+
+def wait_cycle(g: Graph) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """Run lanes in order (Kahn); None if all finish, else (a wait cycle, (blocked, awaited) pairs).
+
+    The cycle lists lanes; each pair says which head action waits on which unfinished action.
+    """
+    n = g.n
+    deps: list[list[int]] = [[] for _ in range(n)]
+    for a, b in zip(g.src.tolist(), g.dst.tolist()):
+        deps[b].append(a)
+    lanes: list[list[int]] = [[] for _ in range(g.n_lanes)]
+    order = np.lexsort((g.lane_pos, g.lane))
+    for i in order.tolist():
+        lanes[g.lane[i]].append(i)
+    done = bytearray(n)
+    ptr = [0] * g.n_lanes
+    progress = True
+    while progress:
+        progress = False
+        for L, seq in enumerate(lanes):
+            p = ptr[L]
+            while p < len(seq):
+                i = seq[p]
+                if all(done[d] for d in deps[i]):
+                    done[i] = 1
+                    p += 1
+                    progress = True
+                else:
+                    break
+            ptr[L] = p
+    stuck = [L for L in range(g.n_lanes) if ptr[L] < len(lanes[L])]
+    if not stuck:
+        return None
+    waits_on = {}
+    for L in stuck:
+        head = lanes[L][ptr[L]]
+        pending = [d for d in deps[head] if not done[d]]
+        waits_on[L] = (head, pending[0])
+    # follow the wait-for relation from a stuck lane until a lane repeats
+    seen: dict[int, int] = {}
+    L, path = stuck[0], []
+    while L not in seen:
+        seen[L] = len(path)
+        path.append(L)
+        L = int(g.lane[waits_on[L][1]])
+        if L not in waits_on:  # waits on a lane that is not stuck: cannot happen after Kahn
+            break
+    cycle = path[seen.get(L, 0):]
+    return cycle, [waits_on[x] for x in cycle]

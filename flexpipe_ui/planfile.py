@@ -1,0 +1,142 @@
+"""Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .ir import Action, ParseError, Plan, Schedule, infer_placement, parse_action
+
+__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT"]
+
+PLAN_FORMAT = "flexpipe-plan/1"
+
+
+class PlanFileError(ValueError):
+    """A plan file is corrupt, foreign or of another version."""
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    s = plan.schedule
+    stages = []
+    for i, rank in enumerate(s.placement):
+        st: dict[str, Any] = {"rank": rank}
+        if plan.partition is not None:
+            st["layers"] = list(plan.partition[i])
+        stages.append(st)
+    return {"format": PLAN_FORMAT, "ranks": s.ranks, "microbatches": s.microbatches,
+            "stages": stages,
+            "order": {str(r): [str(a) for a in row] for r, row in enumerate(s.order)},
+            "meta": _jsonable(dict(plan.meta))}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if hasattr(x, "item"):  # numpy scalars
+        return x.item()
+    return str(x)
+
+
+def _int(v: Any, where: str, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise PlanFileError(f"{where}: expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def plan_from_dict(d: Any, source: str = "plan") -> Plan:
+    if not isinstance(d, dict):
+        raise PlanFileError(f"{source}: expected a JSON object, got {type(d).__name__}")
+    fmt = d.get("format")
+    if fmt is None:
+        raise PlanFileError(f"{source}: no 'format' key; not a {PLAN_FORMAT} file")
+    if fmt != PLAN_FORMAT:
+        hint = " (a problem file? pass it with --problem)" if str(fmt).startswith("flexpipe-problem") else ""
+        raise PlanFileError(f"{source}: format is {fmt!r}, this version reads {PLAN_FORMAT!r}{hint}")
+    for key in ("ranks", "microbatches", "order"):
+        if key not in d:
+            raise PlanFileError(f"{source}: missing key {key!r}")
+    ranks = _int(d["ranks"], f"{source}: 'ranks'", 1)
+    mbs = _int(d["microbatches"], f"{source}: 'microbatches'", 1)
+    order_in = d["order"]
+    if not isinstance(order_in, dict):
+        raise PlanFileError(f"{source}: 'order' must be an object mapping rank (\"0\"...) to action lists")
+    extra = sorted(set(order_in) - {str(r) for r in range(ranks)})
+    if extra:
+        raise PlanFileError(f"{source}: 'order' has ranks {extra} outside 0..{ranks - 1}")
+    order = []
+    for r in range(ranks):
+        row = order_in.get(str(r), [])
+        if not isinstance(row, list):
+            raise PlanFileError(f"{source}: order of rank {r} must be a list of action strings")
+        try:
+            order.append(tuple(parse_action(a, f"{source}, rank {r}, position {i}")
+                               for i, a in enumerate(row)))
+        except ParseError as e:
+            raise PlanFileError(str(e)) from None
+    stages_in = d.get("stages")
+    partition = None
+    if stages_in is None:
+        try:
+            placement = infer_placement(order)
+        except ValueError as e:
+            raise PlanFileError(f"{source}: no 'stages' and {e}") from None
+    else:
+        if not isinstance(stages_in, list) or not stages_in:
+            raise PlanFileError(f"{source}: 'stages' must be a non-empty list")
+        placement, layers = [], []
+        for i, st in enumerate(stages_in):
+            if not isinstance(st, dict) or "rank" not in st:
+                raise PlanFileError(f"{source}: stage {i} must be an object with a 'rank'")
+            rank = _int(st["rank"], f"{source}: stage {i} 'rank'")
+            if rank >= ranks:
+                raise PlanFileError(f"{source}: stage {i} is on rank {rank}, but ranks={ranks}")
+            placement.append(rank)
+            if "layers" in st:
+                ls = st["layers"]
+                if not isinstance(ls, list) or not ls:
+                    raise PlanFileError(f"{source}: stage {i} 'layers' must be a non-empty list")
+                layers.append(tuple(_int(x, f"{source}: stage {i} layers") for x in ls))
+        if layers:
+            if len(layers) != len(stages_in):
+                raise PlanFileError(f"{source}: some stages have 'layers' and some do not")
+            flat = [x for ls in layers for x in ls]
+            if flat != list(range(len(flat))):
+                raise PlanFileError(f"{source}: stage layers must be contiguous, in model order and "
+                                    f"cover every layer once; got {[list(x) for x in layers]}")
+            partition = tuple(layers)
+    meta = d.get("meta", {})
+    if not isinstance(meta, dict):
+        raise PlanFileError(f"{source}: 'meta' must be an object")
+    try:
+        sched = Schedule(ranks, mbs, tuple(placement), tuple(order))
+        return Plan(sched, partition, meta)
+    except ValueError as e:
+        raise PlanFileError(f"{source}: {e}") from None
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise PlanFileError(f"cannot read plan file {path}: {e.strerror}") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanFileError(f"{path}: corrupt JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return plan_from_dict(d, str(path))
+
+
+def save_plan(plan: Plan | Schedule, path: str | Path) -> None:
+    """Write atomically (temp file + rename), so a crash never leaves half a plan."""
+    if isinstance(plan, Schedule):
+        plan = Plan(plan)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(plan_to_dict(plan), indent=1) + "\n")
+    tmp.replace(path)
