@@ -13,3 +13,17 @@ from .timeline import Metrics, Timeline, compute_metrics
 from .validate import ScheduleError, render_grid, validate
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # Heavier parts load on first use, so `import flexpipe_ui` stays cheap and torch/Jupyter-free.
+    if name in ("auto", "auto_search"):
+        from . import search
+        return getattr(search, name)
+    if name in ("build_named", "list_named"):
+        from . import library
+        return getattr(library, name)
+    if name in ("gantt_figure",):
+        from . import gantt
+        return getattr(gantt, name)
+    raise AttributeError(f"module 'flexpipe_ui' has no attribute {name!r}")

@@ -12,9 +12,11 @@ VPY="$ROOT/.venv/bin/python"
 stamp=".venv/.flexpipe-installed"
 want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$1"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$VPY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-    "$VPY" -c "import torch" 2>/dev/null || "$VPY" -m pip install -q "torch==${FLEXPIPE_TORCH:-2.13.0}"
-    "$VPY" -m pip install -q -e ".[$1]"
+    log=.venv/pip-install.log
+    echo "setting up .venv (log: $log)..."
+    { "$VPY" -c "import torch" 2>/dev/null || "$VPY" -m pip install "torch==${FLEXPIPE_TORCH:-2.13.0}"; } >"$log" 2>&1 \
+        || { tail -20 "$log"; echo "error: installing torch failed (see $log)"; exit 1; }
+    "$VPY" -m pip install -e ".[$1]" >>"$log" 2>&1 || { tail -20 "$log"; echo "error: pip install failed (see $log)"; exit 1; }
     echo "$want" > "$stamp"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
