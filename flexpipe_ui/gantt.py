@@ -1,0 +1,258 @@
+"""The static Gantt chart: a ``Timeline`` (simulated or measured) as a plotly figure.
+
+Ranks are rows (rank 0 on top), time runs along x, each kind has its colour (``Kind.color``) and each
+bar carries its microbatch number; hover shows action, start, end and the rank's memory while the
+action runs. Idle time is drawn as faint grey "idle" bars so bubbles are visible (and hoverable), and
+a memory-over-time panel per rank sits under the chart with the memory cap as a dashed line. Metrics
+(makespan, bubble, peak memory, speedup over a baseline) go in the title.
+
+Why one trace per kind: plotly draws a trace's bars in one pass; a trace per bar (the naive Gantt)
+makes 12k traces at 16 ranks × 128 microbatches and freezes the page. Here the figure has
+(#kinds + 1 + #ranks) traces whatever the schedule size. plotly is imported inside the functions,
+so the core package stays importable without it.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .problem import StageCosts
+from .timeline import Metrics, Timeline, compute_metrics, memory_events
+
+__all__ = ["gantt_figure", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
+           "memory_at", "GanttError", "LABEL_LIMIT"]
+
+LABEL_LIMIT = 4000
+"""Above this many bars, microbatch labels are off by default ("auto"): they cannot be read at that
+density and text layout is the slowest part of plotly's bar drawing."""
+
+IDLE_COLOR = "rgba(160,160,160,0.18)"
+
+
+class GanttError(ValueError):
+    """Arguments the Gantt cannot draw (wrong type, mismatched sizes)."""
+
+
+def _unpack(timeline: Any, costs: StageCosts | None, metrics: Metrics | None):
+    """Accept a Timeline or a SimResult (which carries its costs and metrics)."""
+    if hasattr(timeline, "timeline") and hasattr(timeline, "metrics"):
+        res = timeline
+        timeline = res.timeline
+        costs = res.costs if costs is None else costs
+        metrics = res.metrics if metrics is None else metrics
+    if not isinstance(timeline, Timeline):
+        raise GanttError(f"gantt_figure needs a Timeline or SimResult, got {type(timeline).__name__}")
+    return timeline, costs, metrics
+
+
+def baseline_makespan(baseline: Any) -> tuple[str, float] | None:
+    """(label, makespan) of a baseline given as a number, Metrics, SimResult, Timeline or
+    ``(label, any of those)``; None for None."""
+    if baseline is None:
+        return None
+    label = "baseline"
+    if isinstance(baseline, tuple) and len(baseline) == 2 and isinstance(baseline[0], str):
+        label, baseline = baseline
+    if isinstance(baseline, (int, float, np.floating)):
+        value = float(baseline)
+    elif isinstance(baseline, Metrics):
+        value = baseline.makespan
+    elif hasattr(baseline, "metrics") and hasattr(baseline, "timeline"):
+        value = baseline.metrics.makespan
+    elif isinstance(baseline, Timeline):
+        value = baseline.makespan
+    else:
+        raise GanttError(f"baseline must be a makespan, Metrics, SimResult or Timeline (optionally "
+                         f"as (label, value)); got {type(baseline).__name__}")
+    if not value > 0:
+        raise GanttError(f"baseline makespan must be > 0, got {value}")
+    return label, value
+
+
+def gantt_title(metrics: Metrics | None, title: str | None = None, baseline: Any = None,
+                memory_limit: float | None = None, source: str = "simulated") -> str:
+    """One line: name, makespan, bubble %, peak memory (vs the cap) and speedup over the baseline."""
+    parts = [title or f"{source} timeline"]
+    if metrics is not None:
+        parts.append(f"makespan {metrics.makespan:.4g}")
+        parts.append(f"bubble {metrics.bubble:.1%}")
+        if any(metrics.peak_memory):
+            peak = f"peak mem {metrics.max_peak_memory:.4g}"
+            if memory_limit is not None:
+                peak += f" / cap {memory_limit:.4g}"
+                if metrics.max_peak_memory > memory_limit + 1e-9:
+                    peak += " (OVER)"
+            parts.append(peak)
+        base = baseline_makespan(baseline)
+        if base is not None and metrics.makespan > 0:
+            parts.append(f"{base[1] / metrics.makespan:.3f}× vs {base[0]}")
+    return " · ".join(parts)
+
+
+def idle_intervals(tl: Timeline, until: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, start, end) of every gap on each rank's compute stream, from 0 to ``until``."""
+    until = tl.makespan if until is None else until
+    comp = np.array([a.kind.occupies_compute for a in tl.actions], bool) if len(tl.actions) else np.zeros(0, bool)
+    rs, ss, es = [], [], []
+    for r in range(tl.ranks):
+        sel = comp & (tl.rank == r)
+        st, en = tl.start[sel], tl.end[sel]
+        o = np.argsort(st, kind="stable")
+        st, en = st[o], en[o]
+        # running max of ends: a gap is where the next start exceeds everything before it
+        prev = np.maximum.accumulate(np.r_[0.0, en]) if len(en) else np.zeros(1)
+        gs = prev
+        ge = np.r_[st, until]
+        keep = ge - gs > 1e-12
+        rs.append(np.full(int(keep.sum()), r))
+        ss.append(gs[keep])
+        es.append(ge[keep])
+    if not rs:
+        return np.zeros(0, int), np.zeros(0), np.zeros(0)
+    return np.concatenate(rs), np.concatenate(ss), np.concatenate(es)
+
+
+def memory_at(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """Memory of each action's rank just after the action started, and each rank's step curve."""
+    static = np.zeros(tl.ranks)
+    if tl.schedule is not None:
+        for s, r in enumerate(tl.schedule.placement):
+            if s < costs.num_stages and r < tl.ranks:
+                static[r] += costs.mem[s]
+    r_ev, t_ev, d_ev = memory_events(tl, costs)
+    curves = []
+    at = np.zeros(len(tl.actions))
+    for r in range(tl.ranks):
+        sel = r_ev == r
+        times = np.r_[0.0, t_ev[sel]]
+        vals = static[r] + np.r_[0.0, np.cumsum(d_ev[sel])]
+        curves.append((times, vals))
+        mine = tl.rank == r
+        if mine.any():
+            idx = np.searchsorted(times, tl.start[mine], side="right") - 1
+            at[mine] = vals[np.clip(idx, 0, len(vals) - 1)]
+    return at, curves
+
+
+def _step_xy(times: np.ndarray, vals: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """Collapse same-instant changes (keep the value after all of them) and extend to ``end``."""
+    if len(times) > 1:
+        last = np.r_[times[1:] != times[:-1], True]
+        times, vals = times[last], vals[last]
+    return np.r_[times, max(end, float(times[-1]))], np.r_[vals, vals[-1]]
+
+
+def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str | None = None,
+                 memory_limit: float | None = None, metrics: Metrics | None = None,
+                 baseline: Any = None, labels: bool | str = "auto", memory: bool = True,
+                 idle: bool = True, highlight: Sequence[str] = (), height: int | None = None,
+                 width: int | None = None, x_range: tuple[float, float] | None = None):
+    """A plotly ``Figure`` of ``timeline`` (a ``Timeline`` or a ``SimResult``).
+
+    ``costs`` enables the memory panels and memory in hover; ``metrics`` (computed if omitted) and
+    ``baseline`` (a makespan, Metrics, SimResult or ``(label, ...)``, e.g. ``("1F1B", res)``) go in
+    the title; ``memory_limit`` draws the cap. ``labels`` puts the microbatch number on each bar
+    ("auto": when there are at most ``LABEL_LIMIT`` bars). ``highlight`` outlines actions by name
+    (e.g. a ``ScheduleError``'s ``actions``). ``x_range`` fixes the time axis (shared comparisons).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tl, costs, metrics = _unpack(timeline, costs, metrics)
+    if costs is not None and not isinstance(costs, StageCosts):
+        raise GanttError(f"costs must be StageCosts, got {type(costs).__name__}")
+    if metrics is None:
+        metrics = compute_metrics(tl, costs)
+    n = len(tl.actions)
+    show_labels = (n <= LABEL_LIMIT) if labels == "auto" else bool(labels)
+    R = tl.ranks
+    with_mem = bool(memory and costs is not None and n and R)
+    rows = 1 + (R if with_mem else 0)
+    gantt_h = max(160, 28 * R + 90)
+    mem_h = 55 if R <= 8 else 38
+    if with_mem:
+        row_heights = [gantt_h] + [mem_h] * R
+        fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.012 if R > 4 else 0.03,
+                            row_heights=row_heights)
+    else:
+        fig = make_subplots(rows=1, cols=1)
+    total_h = height or (gantt_h + (mem_h * R + 20 if with_mem else 0) + 60)
+
+    mem_now, curves = (memory_at(tl, costs) if costs is not None and n else (np.zeros(n), []))
+    names = np.array([str(a) for a in tl.actions], dtype=object)
+    kind_names = np.array([a.kind.name for a in tl.actions], dtype=object)
+    mbs = np.array([a.microbatch for a in tl.actions])
+    stages = np.array([a.stage for a in tl.actions])
+    hl = set(map(str, highlight))
+
+    if idle and n:
+        ir, is_, ie = idle_intervals(tl)
+        if len(ir):
+            fig.add_trace(go.Bar(
+                name="idle", orientation="h", base=is_, x=ie - is_, y=ir, marker_color=IDLE_COLOR,
+                marker_line_width=0, width=0.8, customdata=np.stack([is_, ie], axis=1),
+                hovertemplate="idle %{x:.4g}<br>from %{customdata[0]:.4g} to %{customdata[1]:.4g}"
+                              "<extra>rank %{y}</extra>", legendrank=1000), row=1, col=1)
+    order = list(dict.fromkeys(a.kind for a in tl.actions))
+    for kind in order:
+        sel = kind_names == kind.name
+        start, end = tl.start[sel], tl.end[sel]
+        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel]], axis=1)
+        line_w = np.where(np.isin(names[sel], list(hl)), 3.0, 0.4) if hl else 0.4
+        line_c = np.where(np.isin(names[sel], list(hl)), "#ff0000", "white").tolist() if hl else "white"
+        hover = ("<b>%{customdata[0]}</b> (stage %{customdata[4]}, mb %{text})<br>"
+                 "start %{customdata[1]:.4g} · end %{customdata[2]:.4g} · dur %{x:.4g}")
+        if costs is not None:
+            hover += "<br>memory %{customdata[3]:.4g}"
+        fig.add_trace(go.Bar(
+            name=f"{kind.name} ({kind.description or kind.role})", orientation="h",
+            base=start, x=end - start, y=tl.rank[sel], width=0.8,
+            marker=dict(color=kind.color, line=dict(width=line_w, color=line_c)),
+            text=mbs[sel].astype(str), textposition="inside" if show_labels else "none",
+            insidetextanchor="middle", textangle=0, textfont=dict(size=10, color="white"),
+            customdata=cd, hovertemplate=hover + "<extra>rank %{y}</extra>"), row=1, col=1)
+
+    if with_mem:
+        peak = max((float(v.max()) for _, v in curves), default=0.0)
+        top = max(peak, memory_limit or 0.0) * 1.1 or 1.0
+        for r, (times, vals) in enumerate(curves):
+            x, y = _step_xy(times, vals, tl.makespan)
+            over = memory_limit is not None and float(vals.max()) > memory_limit + 1e-9
+            fig.add_trace(go.Scatter(
+                x=x, y=y, mode="lines", line=dict(shape="hv", width=1.2,
+                                                  color="#d62728" if over else "#444"),
+                fill="tozeroy", fillcolor="rgba(255,127,14,0.15)", name=f"memory rank {r}",
+                showlegend=False, hovertemplate=f"rank {r}" + " t=%{x:.4g}: memory %{y:.4g}<extra></extra>"),
+                row=2 + r, col=1)
+            if memory_limit is not None:
+                fig.add_trace(go.Scatter(
+                    x=[0.0, max(tl.makespan, 1e-9)], y=[memory_limit, memory_limit], mode="lines",
+                    line=dict(color="#d62728", dash="dash", width=1), showlegend=(r == 0),
+                    name=f"memory cap {memory_limit:.4g}", legendgroup="cap",
+                    hovertemplate=f"cap {memory_limit:.4g}<extra></extra>"), row=2 + r, col=1)
+            fig.update_yaxes(range=[0, top], nticks=3, title_text=f"r{r}", title_standoff=2,
+                             title_font_size=9, tickfont_size=8, row=2 + r, col=1)
+        fig.update_xaxes(title_text="time", row=rows, col=1)
+    else:
+        fig.update_xaxes(title_text="time", row=1, col=1)
+
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(R)),
+                     ticktext=[f"rank {r}" for r in range(R)], row=1, col=1)
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
+    fig.update_layout(
+        barmode="overlay", bargap=0.0, height=total_h, width=width,
+        title=dict(text=gantt_title(metrics, title, baseline, memory_limit, tl.source), x=0.01,
+                   font_size=14),
+        margin=dict(l=60, r=20, t=50, b=40), plot_bgcolor="white",
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        uniformtext=dict(minsize=7, mode="hide"), hoverlabel=dict(namelength=-1))
+    fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False)
+    return fig
+
+
+def save_html(fig, path) -> str:
+    """Write a standalone, offline HTML file (plotly.js inlined); returns the path."""
+    from .export import save_html as _save
+    return _save(fig, path)
