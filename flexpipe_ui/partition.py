@@ -7,8 +7,9 @@
 
 with every stage's memory estimate (static ``mem`` + ``act`` × microbatches it holds at its peak)
 under its share of ``memory_limit``; a split that cannot fit is never chosen. With several stages per
-rank (interleaved, V) the rank's load is the sum of its stages, so ``refine_for_ranks`` then moves
-single boundaries while the (max rank load, max stage load, spread) triple improves.
+rank (interleaved, V) the rank's load is the sum of its stages: the DP is re-solved with per-stage
+weights that move work off overloaded ranks, then ``refine_for_ranks`` moves single boundaries
+while the (memory overflow, max rank load, max stage load, spread) tuple improves.
 
 Memory estimates need the number of microbatches a stage holds at its rank's peak; by default the
 1F1B-like count ``ceil((S - s) / v)`` (stage s of S with v stages per rank: 1F1B's ``p - r``), capped
@@ -137,13 +138,14 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     base &= i[None] >= np.arange(num_stages)[:, None, None]
     seg_mem = (pm[j] - pm[i])[None] + infl[:, None, None] * (pa[j] - pa[i])[None]
 
-    def solve(caps: np.ndarray | None):
+    def solve(caps: np.ndarray | None, weights: np.ndarray | None = None):
         feas = base if caps is None else base & (seg_mem <= caps[:, None, None] + _EPS)
-        first = _dp(cost, feas, num_stages, None)
+        c = cost if weights is None else cost / weights[:, None, None]
+        first = _dp(c, feas, num_stages, None)
         if first is None:
             return None
         bott, _ = first
-        second = _dp(cost, feas, num_stages, bott * (1 + 1e-9) + _EPS)
+        second = _dp(c, feas, num_stages, bott * (1 + 1e-9) + _EPS)
         bounds = second[1] if second is not None else first[1]
         return _bounds_to_partition(bounds)
 
@@ -161,8 +163,43 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
                 "activations or use more ranks")
     assert part is not None
     if refine and len(set(placement)) < num_stages:
+        caps = None if limit is None else np.full(num_stages, float(limit))
+        part = _reweight_for_ranks(solve, caps, problem, part, placement, infl, limit)
         part = refine_for_ranks(problem, part, placement, inflight=infl, memory_limit=limit)
     return part
+
+
+def _split_score(problem: Problem, part, placement, infl, limit):
+    work, _, _ = _layer_arrays(problem)
+    st = np.array([work[list(p)].sum() for p in part])
+    rl = np.bincount(np.asarray(placement), weights=st, minlength=problem.ranks)
+    over = 0.0
+    if limit is not None:
+        over = float(np.maximum(np.array(rank_memory(problem, part, placement, infl)) - limit, 0).sum())
+    return (round(over, 9), round(float(rl.max()), 9), round(float(st.max()), 9),
+            round(float((st * st).sum()), 9)), rl
+
+
+def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, limit, rounds: int = 24):
+    """Several stages per rank: re-solve the stage DP with per-stage weights (a stage may take
+    work in proportion to its weight) that shrink on overloaded ranks and grow on idle ones, so
+    e.g. a V placement gives the rank holding a heavy LM head a light first stage."""
+    place = np.asarray(placement)
+    best, (best_score, rl) = part, _split_score(problem, part, placement, infl, limit)
+    wts = np.ones(len(placement))
+    for _ in range(rounds):
+        target = rl.mean()
+        if target <= 0:
+            break
+        wts = wts * (target / np.maximum(rl[place], 1e-12)) ** 0.7
+        wts = wts / wts.mean()
+        cand = solve(caps, wts)
+        if cand is None:
+            break
+        sc, rl = _split_score(problem, cand, placement, infl, limit)
+        if sc < best_score:
+            best, best_score = cand, sc
+    return best
 
 
 def _solve_with_rank_caps(solve, problem: Problem, placement, infl, limit: float):

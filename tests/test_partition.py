@@ -107,7 +107,19 @@ def test_interleaved_rank_refinement_never_worsens_rank_balance():
     ref = refine_for_ranks(p, raw, placement)
     assert _is_partition(ref, 24, 8)
     assert rank_loads(p, ref, placement).max() <= rank_loads(p, raw, placement).max() + 1e-12
-    assert balanced_partition(p, 8, placement=placement) == ref
+    full = balanced_partition(p, 8, placement=placement)  # reweighted DP, then the same refinement
+    assert rank_loads(p, full, placement).max() <= rank_loads(p, ref, placement).max() + 1e-12
+
+
+def test_v_placement_gives_the_heavy_head_rank_a_light_first_stage():
+    # rank 0 holds stage 0 and the last stage (the head) in a V: its first stage must shrink
+    layers = [Layer(f=1, b=1, w=1)] * 23 + [Layer(f=6, b=6, w=6)]
+    p = Problem(ranks=4, microbatches=8, layers=tuple(layers))
+    v = (0, 1, 2, 3, 3, 2, 1, 0)
+    part = balanced_partition(p, 8, placement=v)
+    loads = rank_loads(p, part, v)
+    assert loads.max() <= 3 * 8 + 1e-9          # total 87 over 4 ranks: 24 is the best contiguous
+    assert len(part[0]) < len(part[1])
 
 
 def test_vshape_placement_memory_is_per_rank():

@@ -1,0 +1,12 @@
+"""The auto-scheduler: search partitions × DSL programs × library schedules with the simulator.
+
+``auto(problem)`` returns the best ``Plan``; ``auto_search(problem)`` the ``SearchResult`` with the
+top-K candidates and statistics. See ``driver`` for the phases, ``space`` for the candidates,
+``bounds`` for the pruning bounds.
+"""
+from .driver import (NoFeasiblePlan, Progress, SearchCancelled, SearchResult, auto, auto_search,
+                     default_budget)
+from .bounds import Bounds, ideal_makespan, time_bounds
+
+__all__ = ["auto", "auto_search", "SearchResult", "Progress", "NoFeasiblePlan", "SearchCancelled",
+           "default_budget", "Bounds", "ideal_makespan", "time_bounds"]

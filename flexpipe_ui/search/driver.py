@@ -1,0 +1,370 @@
+"""The auto-scheduler loop: seeds, bounded exploration, memory repair, local refinement.
+
+Phases (each candidate is pruned when its lower bound cannot beat the incumbent):
+
+1. **seeds** — every library schedule on an even and a balanced split (``space.seed_candidates``),
+   so the result is never worse than the best of them;
+2. **explore** — two DSL rule sets on every structure (chunks × placement × partition), cheapest
+   bound first; **sweep** — the whole rule grid on the three best structures;
+3. **repair** — candidates over the memory cap are re-split with the per-stage in-flight counts
+   measured on their own simulation, and retried with in-flight / memory-cap rules and recompute;
+4. **refine** — hill-climb on the best few: move one stage boundary of the busiest rank by one
+   layer and rebuild the same program.
+
+Determinism: the order of evaluation depends only on the problem and ``seed`` (ties and the
+refinement's neighbour order are shuffled by ``random.Random(seed)``); the evaluation budget
+``max_evals`` is a count, so ``time_limit`` is the only machine-dependent stop (it is reported).
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..ir import Plan
+from ..partition import PartitionError, balanced_partition, rank_loads
+from ..problem import Problem
+from ..sim import SimResult
+from .bounds import ideal_makespan
+from .candidates import Candidate, with_bounds
+from .evaluate import Scored, evaluate, stage_inflight
+
+__all__ = ["Progress", "SearchResult", "NoFeasiblePlan", "SearchCancelled", "auto_search", "auto"]
+
+
+class NoFeasiblePlan(ValueError):
+    """No candidate fits the memory cap (or none could be built)."""
+
+    def __init__(self, message: str, *, smallest_peak: float, memory_limit: float | None,
+                 description: str = ""):
+        super().__init__(message)
+        self.smallest_peak = smallest_peak
+        self.memory_limit = memory_limit
+        self.description = description
+
+
+class SearchCancelled(RuntimeError):
+    """Cancelled before any usable plan was found."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the progress callback receives after each evaluation."""
+
+    evaluated: int
+    """Candidates simulated so far."""
+    total: int | None
+    """The evaluation budget (an upper bound on ``evaluated``)."""
+    best_makespan: float
+    """Best usable makespan so far (inf before the first)."""
+    best_plan: Plan | None
+    """The plan achieving it."""
+    elapsed: float
+    """Seconds since the search started."""
+    phase: str = ""
+    """seeds, explore, repair or refine."""
+    pruned: int = 0
+    """Candidates skipped by their lower bound."""
+    description: str = ""
+    """Description of the best candidate."""
+
+
+@dataclass(frozen=True, eq=False)
+class SearchResult:
+    """The best plan, the top-K (plan, simulation, description) and the search statistics."""
+
+    best: Plan
+    candidates: list[tuple[Plan, SimResult, str]]
+    stats: dict
+    lower_bound: float
+    best_seed: tuple[Plan, SimResult, str] | None = None
+
+    @property
+    def makespan(self) -> float:
+        return self.candidates[0][1].makespan
+
+    def __repr__(self) -> str:
+        return (f"SearchResult(makespan={self.makespan:.4g}, lower_bound={self.lower_bound:.4g}, "
+                f"best={self.candidates[0][2]!r}, evaluated={self.stats.get('evaluated')})")
+
+
+def default_budget(problem: Problem) -> int:
+    """Evaluations allowed by default: ~2 s at 8×32, ~20 s at 16×64 on one core (benchmarked)."""
+    size = problem.ranks * problem.microbatches
+    return int(max(60, min(400, 90_000 / max(size, 1) ** 0.75)))
+
+
+class _Search:
+    def __init__(self, problem: Problem, *, seed: int, time_limit: float | None, max_evals: int,
+                 progress, stop: Callable[[], bool], top: int):
+        self.problem = problem
+        self.rng = random.Random(seed)
+        self.t0 = time.perf_counter()
+        self.time_limit = time_limit
+        self.max_evals = max_evals
+        self.progress = progress
+        self.stop = stop
+        self.top = max(1, top)
+        self.cache: dict = {}
+        self.seen: set = set()
+        self.scored: list[Scored] = []
+        self.over: list[tuple[Scored, Candidate]] = []   # built but over the memory cap
+        self.best: Scored | None = None
+        self.best_seed: Scored | None = None
+        self.pruned = 0
+        self.failed = 0
+        self.phase = ""
+        self.stopped = ""
+        self._cand_of: dict[int, Candidate] = {}   # id(Scored) → its candidate, for refinement
+
+    # -- budget --------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def out_of_budget(self) -> bool:
+        if self.stopped:
+            return True
+        if len(self.scored) >= self.max_evals:
+            self.stopped = "max_evals"
+        elif self.time_limit is not None and self.elapsed() >= self.time_limit:
+            self.stopped = "time_limit"
+        elif self.stop():
+            self.stopped = "cancelled"
+        return bool(self.stopped)
+
+    @property
+    def incumbent(self) -> float:
+        return self.best.makespan if self.best is not None else math.inf
+
+    # -- one candidate -------------------------------------------------------------------------
+    def consider(self, c: Candidate, *, force: bool = False) -> Scored | None:
+        key = (c.knobs.get("key", c.description), tuple(len(p) for p in c.partition))
+        if key in self.seen:
+            return None
+        if self.out_of_budget():
+            return None
+        self.seen.add(key)
+        if c.bounds is None:
+            c = with_bounds(c, self.problem, self.cache)
+        limit = self.problem.memory_limit
+        if limit is not None and c.bounds.memory > limit * (1 + 1e-9) and not c.knobs.get("recompute"):
+            self.pruned += 1
+            return None
+        if not force and c.bound >= self.incumbent * (1 - 1e-9):
+            self.pruned += 1
+            return None
+        s = evaluate(c.build, self.problem, description=c.description, bound=c.bound,
+                     knobs=dict(c.knobs))
+        self.scored.append(s)
+        self._cand_of[id(s)] = c
+        if s.plan is None:
+            self.failed += 1
+        elif not s.fits:
+            self.over.append((s, c))
+        elif s.makespan < self.incumbent * (1 - 1e-12):
+            self.best = s
+        if c.family == "library" and s.ok and (self.best_seed is None or s.makespan < self.best_seed.makespan):
+            self.best_seed = s
+        if self.progress is not None:
+            b = self.best
+            self.progress(Progress(len(self.scored), self.max_evals, self.incumbent,
+                                   b.plan if b else None, self.elapsed(), self.phase, self.pruned,
+                                   b.description if b else ""))
+        return s
+
+    def run_list(self, cands: Sequence[Candidate], *, force: bool = False) -> None:
+        cands = [with_bounds(c, self.problem, self.cache) for c in cands]
+        tie = list(range(len(cands)))
+        self.rng.shuffle(tie)  # equal bounds: the seed decides
+        for i in sorted(range(len(cands)), key=lambda i: (cands[i].bound, tie[i])):
+            if self.out_of_budget():
+                return
+            self.consider(cands[i], force=force)
+
+    # -- phases --------------------------------------------------------------------------------
+    def repair(self, make_variants) -> None:
+        """Re-split over-memory candidates with their measured in-flight counts; try rule variants."""
+        limit = self.problem.memory_limit
+        if limit is None:
+            return
+        todo = sorted(self.over, key=lambda sc: sc[0].peak)[:8]
+        for s, c in todo:
+            if self.out_of_budget():
+                return
+            infl = stage_inflight(s.result)
+            try:
+                part = balanced_partition(self.problem, len(c.placement), placement=c.placement,
+                                          inflight=infl, memory_limit=limit)
+            except PartitionError:
+                part = None
+            if part is not None and part != c.partition:
+                self.consider(c.moved(part, c.description + ", memory-aware split (measured in-flight)"),
+                              force=True)
+            for v in make_variants(c, s):
+                if self.out_of_budget():
+                    return
+                self.consider(v, force=self.best is None)
+
+    def refine(self, rounds: int = 6) -> None:
+        """Move one boundary of the busiest rank's stages by one layer; keep improvements."""
+        pool = sorted((s for s in self.scored if s.ok), key=lambda s: s.makespan)
+        starts = []
+        for s in pool:
+            c = self._cand_of.get(id(s))
+            if c is not None and c not in starts:
+                starts.append(c)
+            if len(starts) >= 3:
+                break
+        for c in starts:
+            cur, cur_ms = c, next(s.makespan for s in pool if self._cand_of.get(id(s)) is c)
+            for _ in range(rounds):
+                if self.out_of_budget():
+                    return
+                improved = False
+                for nb in self._neighbours(cur):
+                    s = self.consider(nb)
+                    if s is not None and s.ok and s.makespan < cur_ms * (1 - 1e-12):
+                        cur, cur_ms, improved = nb, s.makespan, True
+                        break
+                    if self.out_of_budget():
+                        return
+                if not improved:
+                    break
+
+    def _neighbours(self, c: Candidate) -> list[Candidate]:
+        p = self.problem
+        loads = rank_loads(p, c.partition, c.placement)
+        busiest = int(loads.argmax())
+        sizes = [len(x) for x in c.partition]
+        out = []
+        for s, r in enumerate(c.placement):
+            if r != busiest or sizes[s] < 2:
+                continue
+            for t in (s - 1, s + 1):  # give one layer to the neighbouring stage
+                if 0 <= t < len(sizes):
+                    ns = list(sizes)
+                    ns[s] -= 1
+                    ns[t] += 1
+                    part, k = [], 0
+                    for n in ns:
+                        part.append(tuple(range(k, k + n)))
+                        k += n
+                    out.append(c.moved(part, _base(c.description) + f", refined split {ns}"))
+        self.rng.shuffle(out)
+        return out
+
+
+def _best_structures(S: _Search, structs: list, k: int) -> list:
+    """The k structures (placement, split) whose best evaluated candidate is fastest; over-memory
+    ones count by their makespan too when nothing fits yet."""
+    best: dict = {}
+    for sc in S.scored:
+        c = S._cand_of.get(id(sc))
+        if c is None or sc.plan is None:
+            continue
+        key = (c.placement, c.partition)
+        val = sc.makespan if sc.fits else sc.makespan * 10
+        best[key] = min(best.get(key, float("inf")), val)
+    ranked = sorted(best, key=best.get)[:k]
+    return [st for st in structs if (st[1], st[3]) in ranked]
+
+
+def _base(desc: str) -> str:
+    return desc.split(", refined split")[0]
+
+
+def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int = 0,
+                progress: Callable[[Progress], Any] | None = None, top: int = 1,
+                cancel=None, should_stop: Callable[[], bool] | None = None,
+                max_evals: int | None = None, space: dict | None = None) -> SearchResult:
+    """Search partitions × schedules for the lowest simulated makespan that fits ``memory_limit``.
+
+    ``cancel`` is a ``threading.Event``-like object (``is_set()``) and ``should_stop`` a callable;
+    either stops the search after the current evaluation and returns the best so far.
+    ``max_evals`` caps simulations (default ``default_budget``); ``space`` passes options to
+    ``space.program_candidates`` (e.g. ``{"chunks": (1, 2)}``). Raises ``NoFeasiblePlan`` when
+    nothing fits, ``SearchCancelled`` when stopped before any usable plan.
+    """
+    from . import space as sp
+
+    def stop() -> bool:
+        return bool((cancel is not None and cancel.is_set()) or (should_stop is not None and should_stop()))
+
+    budget = max_evals if max_evals is not None else default_budget(problem)
+    S = _Search(problem, seed=seed, time_limit=time_limit, max_evals=budget, progress=progress,
+                stop=stop, top=top)
+    opts = dict(space or {})
+    S.phase = "seeds"
+    # seeds are all evaluated (force): they define "never worse than the library"
+    S.run_list(sp.seed_candidates(problem), force=True)
+    S.phase = "explore"
+    chunks = tuple(opts.get("chunks", (1, 2, 3, 4)))
+    structs = sp.structures(problem, chunks) if sp.dsl_available() else []
+    S.run_list(sp.program_candidates(problem, only=structs))
+    S.phase = "sweep"
+    S.run_list(sp.program_candidates(problem, only=_best_structures(S, structs, 3),
+                                     rules=sp.all_rules))
+    S.phase = "repair"
+    S.repair(lambda c, s: sp.memory_variants(problem, c, s))
+    S.phase = "refine"
+    S.refine()
+    return _result(problem, S, top)
+
+
+def _result(problem: Problem, S: _Search, top: int) -> SearchResult:
+    limit = problem.memory_limit
+    good = sorted((s for s in S.scored if s.ok), key=lambda s: (s.makespan, s.peak))
+    stats = {"evaluated": len(S.scored), "pruned": S.pruned, "failed": S.failed,
+             "over_memory": len(S.over), "elapsed_s": round(S.elapsed(), 4),
+             "stopped": S.stopped or "exhausted", "budget": S.max_evals}
+    if not good:
+        if S.stopped == "cancelled":
+            raise SearchCancelled(f"search cancelled after {len(S.scored)} evaluations, before any plan "
+                                  "fitting the memory cap was found")
+        built = [s for s in S.scored if s.plan is not None]
+        if not built:
+            reasons = "; ".join(dict.fromkeys(s.error for s in S.scored[:5]))
+            raise NoFeasiblePlan(f"no candidate could be built ({len(S.scored)} tried): {reasons}",
+                                 smallest_peak=math.inf, memory_limit=limit)
+        low = min(built, key=lambda s: s.peak)
+        static = max(low.result.metrics.static_memory)
+        raise NoFeasiblePlan(
+            f"nothing fits memory_limit={limit:g}: the smallest simulated per-rank peak among "
+            f"{len(built)} plans is {low.peak:.6g} ({low.description}; static {static:.6g} of it). "
+            f"A cap of {low.peak:.6g} would fit; otherwise hold fewer microbatches in flight "
+            f"(fewer microbatches than {problem.microbatches}), recompute activations, or use more "
+            f"ranks than {problem.ranks}.",
+            smallest_peak=low.peak, memory_limit=limit, description=low.description)
+    # distinct plans for the top-K
+    seen, cands = set(), []
+    for s in good:
+        key = (s.description, tuple(len(p) for p in s.plan.partition or ()))
+        if key in seen:
+            continue
+        seen.add(key)
+        cands.append(s)
+        if len(cands) >= top:
+            break
+    lb = ideal_makespan(problem)
+    out = []
+    for rank_i, s in enumerate(cands):
+        meta = {"name": "auto", "candidate": s.description,
+                "search": {**stats, "rank": rank_i + 1, "makespan": s.makespan,
+                           "peak_memory": s.peak, "lower_bound": lb,
+                           "best_seed": S.best_seed.description if S.best_seed else None,
+                           "best_seed_makespan": S.best_seed.makespan if S.best_seed else None},
+                "knobs": {k: v for k, v in s.knobs.items() if k != "key"},
+                "source_meta": dict(s.plan.meta)}
+        out.append((s.plan.with_meta(**meta), s.result, s.description))
+    seed = None
+    if S.best_seed is not None:
+        seed = (S.best_seed.plan, S.best_seed.result, S.best_seed.description)
+    return SearchResult(out[0][0], out, stats, lb, seed)
+
+
+def auto(problem: Problem, *, time_limit: float | None = None, seed: int = 0,
+         progress: Callable[[Progress], Any] | None = None, top: int = 1, **kwargs) -> Plan:
+    """The best plan found by ``auto_search`` (same arguments)."""
+    return auto_search(problem, time_limit=time_limit, seed=seed, progress=progress, top=top, **kwargs).best

@@ -1,0 +1,86 @@
+"""Score one candidate plan with the simulator (the search's only cost model).
+
+A candidate that cannot be built or does not validate scores infinity and keeps its reason; one
+whose simulated per-rank peak exceeds the memory cap is *infeasible* (kept for the error message
+and for memory-aware re-partitioning, never returned).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..ir import Plan
+from ..problem import Problem
+from ..sim import SimResult, simulate
+from ..timeline import Timeline, memory_events
+
+__all__ = ["Scored", "evaluate", "stage_inflight", "fits_memory"]
+
+_REL = 1e-9
+
+
+def fits_memory(peak: float, limit: float | None) -> bool:
+    return limit is None or peak <= limit * (1 + _REL) + 1e-12
+
+
+@dataclass(frozen=True, eq=False)
+class Scored:
+    """A candidate after simulation."""
+
+    description: str
+    plan: Plan | None
+    result: SimResult | None
+    makespan: float
+    peak: float
+    fits: bool
+    bound: float = 0.0
+    error: str = ""
+    knobs: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and math.isfinite(self.makespan) and self.fits
+
+    @property
+    def score(self) -> float:
+        """Makespan if usable, else infinity (failed and over-memory candidates)."""
+        return self.makespan if self.ok else math.inf
+
+
+def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, bound: float = 0.0,
+             knobs: dict | None = None) -> Scored:
+    """Build and simulate; never raises for a bad candidate (its ``error`` says why)."""
+    knobs = dict(knobs or {})
+    try:
+        plan = build()
+        res = simulate(plan, problem)
+    except (ValueError, KeyError, IndexError) as e:  # ScheduleError, DSL rule errors, PartitionError
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return Scored(description, None, None, math.inf, math.inf, False, bound, msg, knobs)
+    peak = res.metrics.max_peak_memory
+    return Scored(description, plan, res, res.metrics.makespan, peak,
+                  fits_memory(peak, problem.memory_limit), bound, "", knobs)
+
+
+def stage_inflight(result: SimResult) -> np.ndarray:
+    """Per stage, the most microbatches whose activation it holds at once (units of its ``act``)."""
+    tl = result.timeline
+    sched = tl.schedule
+    S = sched.num_stages
+    stage = np.array([a.stage for a in tl.actions], dtype=np.int64)
+    by_stage = Timeline(S, tl.actions, stage, tl.start, tl.end, tl.source, None)
+    costs = result.costs
+    from dataclasses import replace
+    unit = replace(costs, act=np.ones(S))
+    r, _, d = memory_events(by_stage, unit)
+    out = np.zeros(S)
+    if len(r):
+        cum = np.cumsum(d)
+        starts = np.r_[0, np.flatnonzero(np.diff(r)) + 1]
+        base = np.r_[0.0, cum][starts]
+        seg = cum - np.repeat(base, np.diff(np.r_[starts, len(r)]))
+        out[r[starts]] = np.maximum(np.maximum.reduceat(seg, starts), 0.0)
+    return np.round(out, 9)

@@ -1,0 +1,223 @@
+"""The search space: library seeds and DSL programs over chunks × placement × partition × rules.
+
+Every candidate is lazy (``candidates.Candidate``): its bounds come from the partition and
+placement, and the DSL/library runs only if the bound survives. The space, for ``p`` ranks and
+``L`` layers:
+
+- **chunks** v ∈ {1, 2, 3, 4} with ``p·v <= L``; **placement** ``looped(v)``, and ``vshape()`` /
+  ``wave(v)`` for v >= 2;
+- **partition**: ``even`` (by layer count), ``balanced`` (``partition.balanced_partition`` on that
+  placement) and, under a memory cap, ``balanced`` with the cap and 1F1B-like in-flight counts;
+- **rules** (``dsl.Rules``): fused B or split I/W; W filling bubbles, eager or by priority; depth-
+  or breadth-first traversal; in-flight limits (the placement's 1F1B-like depth, or none); under a
+  cap, the list scheduler's own ``memory_cap``.
+
+``structure_rules`` are the two rule sets tried on every structure; ``all_rules`` are swept on the
+best structures. ``memory_variants`` answers an over-memory candidate with tighter rules and
+recompute.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..ir import Plan
+from ..partition import PartitionError, balanced_partition
+from ..problem import Problem, even_partition
+from .candidates import Candidate
+from .evaluate import Scored
+
+__all__ = ["seed_candidates", "program_candidates", "structures", "structure_rules", "all_rules",
+           "memory_variants", "chunk_options", "dsl_available", "library_available"]
+
+_LIB_CHUNKS = (None, 2, 3, 4)
+
+
+def dsl_available() -> bool:
+    try:
+        from ..dsl import Program, Rules  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def library_available() -> bool:
+    try:
+        from ..library import NAMED, build_named  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def chunk_options(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4)) -> list[int]:
+    return [v for v in chunks if problem.ranks * v <= problem.num_layers]
+
+
+def _partitions(problem: Problem, placement: tuple[int, ...]) -> list[tuple[str, tuple]]:
+    S = len(placement)
+    out = [("even", even_partition(problem.num_layers, S))]
+    try:
+        out.append(("balanced", balanced_partition(problem, S, placement=placement, memory_limit=None)))
+    except PartitionError:
+        pass
+    if problem.memory_limit is not None:
+        try:
+            out.append(("balanced+memory", balanced_partition(problem, S, placement=placement)))
+        except PartitionError:
+            pass
+    seen, uniq = set(), []
+    for name, part in out:  # the same split under two names is one candidate
+        if part not in seen:
+            seen.add(part)
+            uniq.append((name, part))
+    return uniq
+
+
+# -- library seeds ------------------------------------------------------------------------------
+def seed_candidates(problem: Problem) -> list[Candidate]:
+    """Every library schedule × its chunk counts × {even, balanced} split."""
+    if not library_available():
+        return []
+    from ..library import NAMED, build_named
+    out: list[Candidate] = []
+    for name in NAMED:
+        for chunks in _LIB_CHUNKS:
+            try:
+                probe = build_named(name, None, ranks=problem.ranks, microbatches=1, chunks=chunks)
+            except ValueError:
+                continue
+            placement = probe.schedule.placement
+            if len(placement) > problem.num_layers:
+                continue
+            if chunks is not None and any(c.knobs.get("lib") == name and
+                                          c.placement == placement for c in out):
+                continue  # same shape as the default chunks
+            for pname, part in _partitions(problem, placement):
+                def make(partition, name=name, chunks=chunks):
+                    return build_named(name, problem, chunks=chunks, partition=partition)
+                v = len(placement) // problem.ranks
+                out.append(Candidate(description=f"library {name} (v={v}, {pname} split)", family="library",
+                                     placement=placement, partition=part, make=make,
+                                     knobs={"lib": name, "chunks": v, "split": pname,
+                                            "key": f"lib:{name}:{v}"}))
+    return out
+
+
+# -- DSL programs -------------------------------------------------------------------------------
+def _placements(problem: Problem, chunks: Iterable[int]):
+    from ..dsl import looped, vshape, wave
+    for v in chunk_options(problem, chunks):
+        yield looped(v)
+        if v == 2:
+            yield vshape()
+        elif v > 2:
+            yield wave(v)
+
+
+def structures(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4)) -> list[tuple]:
+    """(placement object, stage→rank tuple, split name, partition) for every structure."""
+    out = []
+    for pl in _placements(problem, chunks):
+        placement = tuple(pl(problem.ranks))
+        for pname, part in _partitions(problem, placement):
+            out.append((pl, placement, pname, part))
+    return out
+
+
+def one_f_one_b_depth(pl) -> str:
+    """The in-flight formula of the placement's 1F1B-like warm-up: ``p - r`` for one stage per rank,
+    Megatron's interleaved ``2(p-r-1) + (v-1)p + 1`` for looped(v), ``2p`` for V and wave shapes."""
+    r = repr(pl)
+    if r == "looped(1)":
+        return "p-r"
+    if r.startswith("looped"):
+        return "2*(p-r-1) + (v-1)*p + 1"
+    return "v*p"
+
+
+def structure_rules(problem: Problem, pl) -> list:
+    """The two rule sets tried on every structure: zero-bubble-like and 1F1B-like."""
+    from ..dsl import Rules
+    cap = problem.memory_limit
+    zb = Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap)
+    ofob = Rules(backward="fused", priority=("B", "F"), in_flight=one_f_one_b_depth(pl), memory_cap=cap)
+    return [zb, ofob]
+
+
+def all_rules(problem: Problem, pl) -> list:
+    """The rule grid swept on the best structures (a superset of ``structure_rules``)."""
+    from ..dsl import Rules
+    cap = problem.memory_limit
+    depth = one_f_one_b_depth(pl)
+    out = []
+    for prio, wp in ((("I", "F", "W"), "fill"), (("I", "F", "W"), "eager"), (("F", "I", "W"), "fill"),
+                     (("I", "W", "F"), "priority")):
+        for trav in ("depth", "breadth"):
+            for infl in (None, depth):
+                out.append(Rules(backward="split", priority=prio, w_policy=wp, traversal=trav,
+                                 in_flight=infl, memory_cap=cap))
+    for prio, trav, infl in ((("B", "F"), "depth", depth), (("B", "F"), "depth", None),
+                             (("B", "F"), "breadth", depth), (("F", "B"), "breadth", None)):
+        out.append(Rules(backward="fused", priority=prio, traversal=trav, in_flight=infl, memory_cap=cap))
+    return out
+
+
+def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, tag: str = "") -> Candidate:
+    from ..dsl import Program
+    prog = Program(placement=pl, rules=rules)
+    src = f"Program(placement={pl!r}, rules={rules.source()})"
+
+    def make(partition, prog=prog, src=src):
+        costs = problem.stage_costs(partition)
+        sched = prog.schedule(ranks=problem.ranks, microbatches=problem.microbatches, costs=costs)
+        return Plan(sched, partition, {"name": "dsl", "program": src})
+
+    return Candidate(description=f"{src}{tag} ({pname} split)", family="dsl", placement=placement,
+                     partition=part, make=make,
+                     knobs={"program": src, "split": pname, "chunks": len(placement) // problem.ranks,
+                            "key": src + tag}, extra_work=0.0)
+
+
+def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4), rules=None,
+                       only: list[tuple] | None = None) -> list[Candidate]:
+    """DSL candidates: ``rules(problem, placement)`` (default ``structure_rules``) on every
+    structure (or on ``only``)."""
+    if not dsl_available():
+        return []
+    out = []
+    for pl, placement, pname, part in (only if only is not None else structures(problem, chunks)):
+        for r in (structure_rules(problem, pl) if rules is None else rules(problem, pl)):
+            out.append(_program_candidate(problem, pl, placement, pname, part, r))
+    return out
+
+
+def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate]:
+    """Answers to an over-memory candidate: the list scheduler's memory cap, fewer in flight,
+    recompute (``flexpipe_ui.ops``) when it exists."""
+    if c.family == "refine" or not dsl_available():
+        return []
+    from ..dsl import Rules, looped, vshape, wave
+    v = max(1, len(c.placement) // problem.ranks)
+    pl = _placement_object(c.placement, problem.ranks)
+    if pl is None:
+        return []
+    cap = problem.memory_limit
+    out = []
+    depth = one_f_one_b_depth(pl)
+    for infl in (depth, f"max(v, ({depth})//2)", "v"):
+        for backward, prio, wp in (("split", ("I", "F", "W"), "eager"), ("fused", ("B", "F"), "priority")):
+            r = Rules(backward=backward, priority=prio, w_policy=wp, in_flight=infl, memory_cap=cap)
+            out.append(_program_candidate(problem, pl, c.placement, c.knobs.get("split", "?"), c.partition, r,
+                                          tag=" [memory]"))
+    return out
+
+
+def _placement_object(placement: tuple[int, ...], ranks: int):
+    from ..dsl import explicit, looped, vshape, wave
+    v = len(placement) // ranks
+    for pl in ([looped(v)] + ([vshape()] if v == 2 else [wave(v)] if v > 2 else [])):
+        if tuple(pl(ranks)) == placement:
+            return pl
+    try:
+        return explicit(list(placement))
+    except ValueError:
+        return None
