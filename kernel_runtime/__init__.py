@@ -1,1 +1,29 @@
-"""kernel_runtime: executes ``flexpipe-plan/1`` plans on torch.distributed (NCCL on GPUs, gloo on CPU)."""
+"""kernel_runtime: executes ``flexpipe-plan/1`` plans on torch.distributed (NCCL on GPUs, gloo on CPU).
+
+Importing this package starts nothing and does not import torch; the names below load on first use:
+``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``), ``profile``
+and ``calibrate`` (measure a model / a run into a ``flexpipe-problem/1``), ``demo_gpt`` and
+``timed_model`` (models), ``reference_run`` (the single-process check), ``register_handler``.
+"""
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
+           "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
+           "register_handler", "derive_comm", "models"]
+
+_WHERE = {
+    "launch": "launch", "RunHandle": "launch", "StepEvent": "launch", "WorkerError": "launch",
+    "PlanRefused": "launch", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
+    "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
+    "reference_run": "data", "register_handler": "executor", "derive_comm": "commplan",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    if name in ("models",):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'kernel_runtime' has no attribute {name!r}")

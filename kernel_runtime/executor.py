@@ -1,0 +1,300 @@
+"""The per-rank interpreter: runs one rank's action list of a plan for one training step.
+
+F receives its input (or takes the data / the previous local stage's output), runs the stage and
+keeps what the backward needs, then sends its output. I computes input gradients only and sends
+them upstream; W computes weight gradients from what I recorded and frees the microbatch; B does
+both. User kinds run through ``HANDLERS`` (recompute ``R`` ships here). Gradients accumulate over
+microbatches with the loss scaled by 1/M, so the step's gradient is that of the mean loss.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from flexpipe_ui.ir import Action, Plan
+
+from .commplan import CommPlan, Message
+from .split_backward import Pending, backward_input, backward_weight
+from .transport import ChannelGroups, Transport
+
+__all__ = ["RankExecutor", "ActionError", "HANDLERS", "register_handler", "StepRecord", "stage_forward"]
+
+
+class ActionError(RuntimeError):
+    """An exception raised inside an action; ``rank``, ``action`` and ``step`` say where."""
+
+    def __init__(self, rank: int, action: str, step: int, cause: BaseException):
+        self.rank, self.action, self.step, self.cause = rank, action, step, cause
+        super().__init__(f"rank {rank}, step {step}, action {action}: {type(cause).__name__}: {cause}")
+
+
+@dataclass(eq=False)
+class MBState:
+    """What one (stage, microbatch) holds between its actions."""
+
+    x: torch.Tensor | None = None          # stage input as given (kept for recompute)
+    leaf: torch.Tensor | None = None       # the leaf the input gradient is taken for
+    head: torch.Tensor | None = None       # output of the leading no-input-grad layers (embedding)
+    y: torch.Tensor | None = None          # stage output, or the loss on the last stage
+    gy: torch.Tensor | None = None         # gradient of y
+    dleaf: torch.Tensor | None = None
+    pend: Pending | None = None
+    rng: object = None
+
+
+@dataclass
+class StepRecord:
+    """One rank's step: action (text, start ns, end ns), loss (last stage only), clock marks."""
+
+    records: list[tuple[str, int, int]]
+    loss: float | None
+    t0: int
+    t_end: int
+
+
+def stage_forward(layers: list[nn.Module], x: torch.Tensor):
+    """(leaf, head, y): floating inputs become the leaf; integer inputs go through leading layers
+    (an embedding) first, whose output becomes the leaf, so I has an input to differentiate."""
+    if x.is_floating_point():
+        leaf = x if (x.requires_grad and x.grad_fn is None) else x.detach().requires_grad_()
+        h, start, head = leaf, 0, None
+    else:
+        h, start = x, 0
+        while start < len(layers):
+            h = layers[start](h)
+            start += 1
+            if h.requires_grad:
+                break
+        head = h if h.requires_grad else None
+        leaf = h.detach().requires_grad_() if h.is_floating_point() else h
+        h = leaf
+    for layer in layers[start:]:
+        h = layer(h)
+    return leaf, head, h
+
+
+# -- handlers -------------------------------------------------------------------------------------
+def _forward(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    x = ex.stage_input(a)
+    st.x = x
+    if (a.stage, a.microbatch) in ex.recompute:
+        st.rng = torch.get_rng_state()
+        with torch.no_grad():
+            _, _, y = stage_forward(ex.layers[a.stage], x)
+            y = ex.maybe_loss(a, y)
+    else:
+        st.leaf, st.head, y = stage_forward(ex.layers[a.stage], x)
+        y = ex.maybe_loss(a, y)
+        st.y = y
+    ex.emit_output(a, y)
+
+
+def _recompute(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    saved = torch.get_rng_state()
+    torch.set_rng_state(st.rng)
+    try:
+        st.leaf, st.head, y = stage_forward(ex.layers[a.stage], st.x)
+        st.y = ex.maybe_loss(a, y, record=False)
+    finally:
+        torch.set_rng_state(saved)
+
+
+def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    gy = ex.output_grad(a)
+    params = ex.body_params(a.stage, st)
+    dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
+    st.dleaf = dleaf
+    st.y = None                            # the graph lives on in st.pend until W
+    ex.emit_input_grad(a, dleaf)
+
+
+def _backward_weight(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    backward_weight(st.pend)
+    if st.head is not None and st.dleaf is not None:
+        torch.autograd.backward(st.head, st.dleaf)
+    ex.release(a)
+
+
+def _backward_full(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    gy = ex.output_grad(a)
+    y, leaf = st.y, st.leaf
+    if leaf is not None and leaf.requires_grad:
+        torch.autograd.backward(y, gy)
+        dleaf = leaf.grad
+    else:
+        torch.autograd.backward(y, gy)
+        dleaf = None
+    if st.head is not None and dleaf is not None:
+        torch.autograd.backward(st.head, dleaf)
+    ex.emit_input_grad(a, dleaf)
+    ex.release(a)
+
+
+HANDLERS: dict[str, Callable] = {"F": _forward, "I": _backward_input, "W": _backward_weight,
+                                 "B": _backward_full, "R": _recompute}
+
+
+def register_handler(kind: str, fn: Callable) -> None:
+    """Run ``fn(executor, action, state)`` for actions of a user kind (register the kind too)."""
+    HANDLERS[kind] = fn
+
+
+# -- the executor ---------------------------------------------------------------------------------
+class RankExecutor:
+    """Executes rank ``rank``'s actions of ``plan``; ``layers[stage]`` are this rank's stage modules."""
+
+    def __init__(self, plan: Plan, rank: int, layers: dict[int, list[nn.Module]], loss_fn,
+                 comm: CommPlan, shapes: dict, device: torch.device, groups: ChannelGroups,
+                 timeout: float, timer=None, progress: Callable[[int], None] | None = None):
+        self.plan, self.rank, self.layers, self.loss_fn = plan, rank, layers, loss_fn
+        sched = plan.schedule
+        self.S, self.M, self.place = sched.num_stages, sched.microbatches, sched.placement
+        self.order = sched.order[rank]
+        self.comm = comm.ranks[rank]
+        self.transport = Transport(rank, self.comm, shapes, device, groups, timeout)
+        self.device = device
+        self.recompute = {(a.stage, a.microbatch) for row in sched.order for a in row if a.kind.name == "R"}
+        self.timer = timer
+        self.progress = progress
+        self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
+                       for s, ls in layers.items()}
+
+    # -- used by handlers -------------------------------------------------------------------------
+    def stage_input(self, a: Action) -> torch.Tensor:
+        s, m = a.stage, a.microbatch
+        if s == 0:
+            return self.inputs[m]
+        if self.place[s - 1] == self.rank:
+            return self.local.pop(("act", s - 1, m))
+        return self.got.pop(("act", s - 1, m))
+
+    def maybe_loss(self, a: Action, y: torch.Tensor, record: bool = True) -> torch.Tensor:
+        if a.stage != self.S - 1:
+            return y
+        loss = self.loss_fn(y, self.targets[a.microbatch])
+        if record:
+            self.losses.append(float(loss.detach()))
+        return loss
+
+    def emit_output(self, a: Action, y: torch.Tensor) -> None:
+        s, m = a.stage, a.microbatch
+        if s == self.S - 1:
+            return
+        if self.place[s + 1] == self.rank:
+            self.local[("act", s, m)] = y.detach()
+        else:
+            for msg in self.comm.sends.get(self.pos, ()):
+                if msg.what == "act":
+                    self.transport.send(msg, y)
+
+    def output_grad(self, a: Action) -> torch.Tensor | None:
+        s, m = a.stage, a.microbatch
+        if s == self.S - 1:
+            return self.loss_scale
+        if self.place[s + 1] == self.rank:
+            return self.local.pop(("grad", s + 1, m))
+        return self.got.pop(("grad", s + 1, m))
+
+    def emit_input_grad(self, a: Action, dx: torch.Tensor | None) -> None:
+        s, m = a.stage, a.microbatch
+        if s == 0:
+            return
+        if dx is None:
+            raise RuntimeError(f"stage {s} produced no input gradient (its input does not reach its output)")
+        if self.place[s - 1] == self.rank:
+            self.local[("grad", s, m)] = dx.detach()
+        else:
+            for msg in self.comm.sends.get(self.pos, ()):
+                if msg.what == "grad":
+                    self.transport.send(msg, dx)
+
+    def body_params(self, stage: int, st: MBState) -> list[torch.Tensor]:
+        return self.params[stage]
+
+    def release(self, a: Action) -> None:
+        self.state.pop((a.stage, a.microbatch), None)
+
+    # -- one step ----------------------------------------------------------------------------------
+    def run_step(self, inputs: list | None, targets: list | None, step: int = 0) -> StepRecord:
+        """Run this rank's actions once; parameters' ``.grad`` hold the step's gradient after."""
+        self.inputs, self.targets = inputs, targets
+        self.local: dict = {}
+        self.got: dict = {}
+        self.state: dict[tuple[int, int], MBState] = {}
+        self.losses: list[float] = []
+        dtype = next((p.dtype for ps in self.params.values() for p in ps), torch.float32)
+        self.loss_scale = torch.tensor(1.0 / self.M, dtype=dtype, device=self.device)
+        for ps in self.params.values():
+            for p in ps:
+                p.grad = None
+        timer = self.timer
+        records = []
+        t0 = timer.start_step()
+        self.transport.start_step()
+        for pos, a in enumerate(self.order):
+            self.pos = pos
+            if self.progress is not None:
+                self.progress(pos)
+            text = str(a)
+            try:
+                for msg in self.comm.needs.get(pos, ()):
+                    self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
+                st = self.state.setdefault((a.stage, a.microbatch), MBState())
+                start = timer.mark()
+                HANDLERS[a.kind.name](self, a, st)
+                end = timer.mark()
+                self.transport.flush()
+            except Exception as e:
+                raise ActionError(self.rank, text, step, e) from e
+            records.append((text, start, end))
+        self.transport.finish_step()
+        loss = sum(self.losses) / self.M if self.S - 1 in self.layers else None
+        return StepRecord(timer.resolve(records), loss, t0, timer.now())
+
+
+class CpuTimer:
+    """perf_counter_ns marks (the clock is shared by all processes of a machine)."""
+
+    def start_step(self) -> int:
+        return time.perf_counter_ns()
+
+    def mark(self):
+        return time.perf_counter_ns()
+
+    def now(self) -> int:
+        return time.perf_counter_ns()
+
+    def resolve(self, records):
+        return records
+
+
+class CudaTimer:
+    """CUDA events on the compute stream, converted to the host clock at the step's end."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def start_step(self) -> int:
+        torch.cuda.synchronize(self.device)
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.ref.record()
+        self.host_ref = time.perf_counter_ns()
+        return self.host_ref
+
+    def mark(self):
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def now(self) -> int:
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter_ns()
+
+    def resolve(self, records):
+        torch.cuda.synchronize(self.device)
+        ns = lambda ev: self.host_ref + int(self.ref.elapsed_time(ev) * 1e6)
+        return [(t, ns(s), ns(e)) for t, s, e in records]

@@ -1,0 +1,393 @@
+"""``launch``: start one worker process per rank from the current process (a notebook cell, the CLI)
+and stream what they measure back through a ``RunHandle``.
+
+Workers are torch.multiprocessing "spawn" processes. A monitor thread reads their reports and
+watches their sentinels; the first failure (an exception, a signal, an exit) stops every worker
+and becomes ``handle.error``, a ``WorkerError`` naming the rank and the action. A bad plan (fails
+validation, layer count differs from the model's) is refused before any process starts.
+"""
+from __future__ import annotations
+
+import os
+import queue as _queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from flexpipe_ui.ir import Plan, Schedule
+from flexpipe_ui.planfile import load_plan, plan_to_dict
+from flexpipe_ui.timeline import Timeline
+from flexpipe_ui.validate import validate
+
+__all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "prepare_plans"]
+
+
+class PlanRefused(ValueError):
+    """The plan cannot run on this model/devices; nothing was started."""
+
+
+class WorkerError(RuntimeError):
+    """A worker failed: ``rank``, ``action`` (e.g. "1F3", or None), ``step``, and its traceback."""
+
+    def __init__(self, rank: int, message: str, action: str | None = None, step: int | None = None,
+                 traceback: str = "", kind: str = "exception"):
+        self.rank, self.action, self.step, self.worker_traceback, self.kind = rank, action, step, traceback, kind
+        super().__init__(message)
+
+
+@dataclass
+class StepEvent:
+    """One finished training step: mean loss, wall time (s), measured timeline (ms, source="measured")."""
+
+    step: int
+    loss: float | None
+    step_time: float
+    timeline: Timeline
+    plan_index: int = 0
+    grads: dict | None = None
+    rank_times: tuple = ()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_plan(p) -> Plan:
+    if isinstance(p, (str, Path)):
+        return load_plan(p)
+    if isinstance(p, Schedule):
+        return Plan(p)
+    if isinstance(p, Plan):
+        return p
+    raise PlanRefused(f"plan must be a Plan, Schedule or path to a flexpipe-plan/1 file, not {type(p).__name__}")
+
+
+def prepare_plans(plan, spec_layers: int | None) -> list[Plan]:
+    """Validate plans and check them against the model's layer count; raise ``PlanRefused``."""
+    from flexpipe_ui.problem import even_partition
+    plans = [_as_plan(p) for p in (plan if isinstance(plan, (list, tuple)) else [plan])]
+    if not plans:
+        raise PlanRefused("no plan given")
+    out = []
+    for i, p in enumerate(plans):
+        name = p.meta.get("name", f"plan {i}") if p.meta else f"plan {i}"
+        try:
+            validate(p.schedule)
+        except ValueError as e:
+            raise PlanRefused(f"{name} fails validation, nothing was started:\n{e}") from None
+        from .executor import HANDLERS
+        unknown = sorted(p.schedule.kinds_used() - set(HANDLERS))
+        if unknown:
+            raise PlanRefused(f"{name} uses kinds {unknown} that the runtime cannot execute; register a "
+                              "handler with kernel_runtime.register_handler(kind, fn)")
+        if p.partition is None and spec_layers is not None:
+            if spec_layers < p.schedule.num_stages:
+                raise PlanRefused(f"{name} has {p.schedule.num_stages} stages but the model has only "
+                                  f"{spec_layers} layers")
+            p = Plan(p.schedule, even_partition(spec_layers, p.schedule.num_stages), p.meta)
+        if spec_layers is not None and p.num_layers != spec_layers:
+            raise PlanRefused(f"{name}'s partition covers {p.num_layers} layers but the model has "
+                              f"{spec_layers}: re-plan for this model (layers one to one)")
+        if p.ranks != plans[0].ranks:
+            raise PlanRefused(f"all plans of one launch need the same ranks ({plans[0].ranks}); {name} "
+                              f"has {p.ranks}")
+        out.append(p)
+    return out
+
+
+class RunHandle:
+    """A running (or finished) launch. Thread-safe; ``events()`` and ``poll()`` stream StepEvents."""
+
+    def __init__(self, plans: list[Plan], procs, queue, progress, world: int, steps: int):
+        self.plans, self._procs, self._q, self._progress = plans, procs, queue, progress
+        self.world, self.steps = world, steps
+        self.losses: list[float | None] = []
+        self.step_times: list[float] = []
+        self.timelines: list[Timeline] = []
+        self.step_events: list[StepEvent] = []
+        self.error: WorkerError | None = None
+        self.hosts: dict[int, str] = {}
+        self._events: _queue.Queue = _queue.Queue()
+        self._done = threading.Event()
+        self._stopping = False
+        self._pending: dict[tuple[int, int], dict[int, dict]] = {}
+        self._finished: set[int] = set()
+        self._thread = threading.Thread(target=self._monitor, name="kernel_runtime-monitor", daemon=True)
+        self._thread.start()
+
+    # -- public ----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def poll(self, timeout: float | None = 0.0) -> StepEvent | None:
+        """The next step event, or None if none arrived within ``timeout`` seconds."""
+        try:
+            ev = self._events.get(timeout=timeout) if timeout else self._events.get_nowait()
+        except _queue.Empty:
+            return None
+        return ev
+
+    def events(self, timeout: float | None = None) -> Iterator[StepEvent]:
+        """Yield step events as they arrive until the run ends (then re-raise a worker error)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ev = self.poll(0.1)
+            if ev is not None:
+                yield ev
+                continue
+            if self.done and self._events.empty():
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"no end of run within {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+    def wait(self, timeout: float | None = None) -> "RunHandle":
+        """Block until the run ends; re-raise the worker's error; TimeoutError (run left going)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"run not finished after {timeout} s (call stop() to end it)")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def stop(self, grace: float = 2.0) -> None:
+        """End the run now; returns when no worker process is left."""
+        self._stopping = True
+        self._kill_all(grace)
+        self._thread.join(timeout=grace + 5)
+        self._done.set()
+
+    def __repr__(self) -> str:
+        state = "failed" if self.error else ("done" if self.done else "running")
+        return f"RunHandle({state}, ranks={self.world}, steps={len(self.losses)}/{self.steps * len(self.plans)})"
+
+    def _repr_mimebundle_(self, **kw):
+        return {"text/plain": repr(self)}
+
+    # -- monitor ---------------------------------------------------------------------------------
+    def _kill_all(self, grace: float) -> None:
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+        t_end = time.monotonic() + grace
+        for p in self._procs:
+            p.join(timeout=max(0.0, t_end - time.monotonic()))
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+    def _progress_of(self, rank: int) -> tuple[str | None, int | None]:
+        if self._progress is None:
+            return None, None
+        ti, step, pos = self._progress[3 * rank: 3 * rank + 3]
+        if ti < 0 or pos < 0:
+            return None, None
+        order = self.plans[ti].schedule.order[rank]
+        return (str(order[pos]) if pos < len(order) else None), (step if step >= 0 else None)
+
+    def _fail(self, err: WorkerError) -> None:
+        if self.error is None:
+            self.error = err
+        self._kill_all(1.0)
+
+    def _monitor(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # pragma: no cover - a bug in the monitor itself
+            self._fail(WorkerError(-1, f"launcher monitor failed: {type(e).__name__}: {e}"))
+        finally:
+            if any(p.is_alive() for p in self._procs):
+                self._kill_all(1.0)
+            for p in self._procs:
+                p.join(timeout=1)
+            try:
+                self._q.close()
+                self._q.join_thread()
+            except Exception:
+                pass
+            self._done.set()
+
+    def _loop(self) -> None:
+        errors: list[dict] = []
+        first_error_at = None
+        while True:
+            try:
+                msg = self._q.get(timeout=0.05)
+            except _queue.Empty:
+                msg = None
+            except (EOFError, OSError):
+                msg = None
+            if msg is not None:
+                kind = msg["type"]
+                if kind == "ready":
+                    self.hosts[msg["rank"]] = msg["host"]
+                elif kind == "step":
+                    self._on_step(msg)
+                elif kind == "done":
+                    self._finished.add(msg["rank"])
+                elif kind == "error":
+                    errors.append(msg)
+                    first_error_at = first_error_at or time.monotonic()
+                continue
+            if self._stopping:
+                return
+            if errors and time.monotonic() - first_error_at > 0.3:
+                self._fail(_root_cause(errors))
+                return
+            if len(self._finished) == self.world and all(not p.is_alive() or p.exitcode is not None
+                                                         for p in self._procs):
+                return
+            for rank, p in enumerate(self._procs):
+                if p.exitcode is not None and p.exitcode != 0 and not errors and rank not in self._finished:
+                    # exited without reporting: killed (signal) or os._exit; drain reports first
+                    time.sleep(0.1)
+                    if not self._q.empty():
+                        break
+                    action, step = self._progress_of(rank)
+                    how = (f"was killed by signal {-p.exitcode}" if p.exitcode < 0
+                           else f"exited with code {p.exitcode}")
+                    where = f" during action {action} of step {step}" if action else ""
+                    kind = "oom" if p.exitcode == -9 else "killed"
+                    hint = " (SIGKILL: killed, or the kernel's OOM killer)" if p.exitcode == -9 else ""
+                    self._fail(WorkerError(rank, f"rank {rank} {how}{where}{hint}", action, step, "", kind))
+                    return
+            if len(self._finished) == self.world and all(p.exitcode is not None for p in self._procs):
+                return
+            if all(p.exitcode is not None for p in self._procs) and self._q.empty():
+                if len(self._finished) < self.world and not errors:
+                    missing = sorted(set(range(self.world)) - self._finished)
+                    self._fail(WorkerError(missing[0], f"ranks {missing} exited without finishing"))
+                return
+
+    def _on_step(self, msg: dict) -> None:
+        key = (msg["task"], msg["step"])
+        got = self._pending.setdefault(key, {})
+        got[msg["rank"]] = msg
+        if len(got) < self.world:
+            return
+        del self._pending[key]
+        plan = self.plans[msg["task"]]
+        same_host = len(set(self.hosts.values())) <= 1
+        recs = []
+        for r, m in got.items():
+            shift = 0 if same_host else m["t0"]     # other machines: align at the step's barrier
+            recs += [(r, a, (s - shift) / 1e6, (e - shift) / 1e6) for a, s, e in m["records"]]
+        t_min = min((s for _, _, s, _ in recs), default=0.0)
+        recs = [(r, a, s - t_min, e - t_min) for r, a, s, e in recs]
+        tl = Timeline.from_records(plan.ranks, recs, source="measured", schedule=plan.schedule)
+        tl.meta.update(step=msg["step"], plan_index=msg["task"], units="ms")
+        t0 = min(m["t0"] for m in got.values())
+        t1 = max(m["t_end"] for m in got.values())
+        step_time = (t1 - t0) / 1e9 if same_host else max(m["t_end"] - m["t0"] for m in got.values()) / 1e9
+        loss = next((m["loss"] for m in got.values() if m["loss"] is not None), None)
+        grads = None
+        if any(m["grads"] is not None for m in got.values()):
+            grads = {}
+            for m in got.values():
+                grads.update(m["grads"] or {})
+        ev = StepEvent(msg["step"], loss, step_time, tl, msg["task"], grads,
+                       tuple((m["t_end"] - m["t0"]) / 1e9 for _, m in sorted(got.items())))
+        self.losses.append(loss)
+        self.step_times.append(step_time)
+        self.timelines.append(tl)
+        self.step_events.append(ev)
+        self._events.put(ev)
+
+
+def _root_cause(errors: list[dict]) -> WorkerError:
+    """The error that started it: a non-communication error if any, else the earliest."""
+    errors = sorted(errors, key=lambda m: m["time"])
+    pick = next((m for m in errors if not m["comm"]), errors[0])
+    kind = "oom" if pick["oom"] else ("comm" if pick["comm"] else "exception")
+    text = pick["message"]
+    if pick["oom"]:
+        text = f"out of memory: {text}"
+    others = sorted({m["rank"] for m in errors} - {pick["rank"]})
+    if others:
+        text += f" (then ranks {others} failed too)"
+    return WorkerError(pick["rank"], text, pick["action"], pick["step"], pick["traceback"], kind)
+
+
+def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_fn=None,
+           lr: float = 0.01, optimizer: str = "sgd", seed: int = 0, timed=False, timeout: float = 60.0,
+           dtype="float32", capture_grads: bool = False, threads: int | None = None,
+           _fault: dict | None = None) -> RunHandle:
+    """Start the workers for ``plan`` (a Plan, Schedule, plan file, or a list of them run in turn)
+    and return at once with a ``RunHandle``.
+
+    ``model``: None/"demo-gpt", a ``ModelSpec``, an ``nn.Sequential``/list of layers (with
+    ``loss_fn``) or a picklable factory returning one. ``data``: None (synthetic), ``(x, y)``, a
+    list of them, or a picklable ``step -> (x, y)``. ``devices``: "cpu" (gloo), "cuda" (NCCL, one
+    GPU per rank) or an int (that many CUDA devices). ``timed``: True / ms / a Problem runs the
+    sleeping model instead (durations in ms). ``dtype``: "float32" or "float64" (or a torch dtype).
+    """
+    import torch
+    import torch.multiprocessing as tmp
+
+    from .models import as_spec
+
+    if steps < 1:
+        raise PlanRefused(f"steps must be >= 1, got {steps}")
+    probe = [_as_plan(p) for p in (plan if isinstance(plan, (list, tuple)) else [plan])]
+    n_layers = probe[0].num_layers or None
+    if n_layers is None and model in (None, "demo-gpt") and timed in (False, None):
+        n_layers = max(6, probe[0].schedule.num_stages)
+    if timed is not False and timed is not None:
+        spec = as_spec(None, None, num_layers=n_layers or probe[0].schedule.num_stages, timed=timed)
+    else:
+        spec = as_spec(model, loss_fn, num_layers=n_layers)
+    plans = prepare_plans(probe, spec.num_layers)
+    world = plans[0].ranks
+    dev, backend = _devices(devices, world)
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    from .worker import Job, Task
+    if threads is None and dev == "cpu":
+        threads = max(1, (os.cpu_count() or 1) // world)
+    job = Job(tasks=[Task(plan_to_dict(p), steps, capture_grads) for p in plans], world=world,
+              model=model, loss_fn=loss_fn, data=data, timed=timed, device=dev, backend=backend,
+              dtype=dtype, lr=lr, optimizer=optimizer, seed=seed, timeout=timeout, threads=threads,
+              master_port=_free_port(), fault=_fault or {})
+    ctx = tmp.get_context("spawn")
+    q = ctx.Queue()
+    progress = ctx.Array("i", [-1] * (3 * world), lock=False)
+    from .worker import worker_main
+    procs = []
+    try:
+        for r in range(world):
+            p = ctx.Process(target=worker_main, args=(r, job, q, progress), daemon=True,
+                            name=f"kernel_runtime-rank{r}")
+            p.start()
+            procs.append(p)
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return RunHandle(plans, procs, q, progress, world, steps)
+
+
+def _devices(devices, world: int) -> tuple[str, str]:
+    """("cpu", "gloo") or ("cuda", "nccl"); checks there are enough GPUs."""
+    import torch
+    if devices == "cpu":
+        return "cpu", "gloo"
+    if devices == "cuda" or isinstance(devices, int):
+        if not torch.cuda.is_available():
+            raise PlanRefused("devices='cuda' but torch.cuda.is_available() is False: use devices='cpu'")
+        n = torch.cuda.device_count() if devices == "cuda" else int(devices)
+        if n < world:
+            raise PlanRefused(f"the plan needs {world} GPUs (one per rank, NCCL) but {n} are available: "
+                              "use a plan with fewer ranks, or devices='cpu'")
+        return "cuda", "nccl"
+    raise PlanRefused(f"devices must be 'cpu', 'cuda' or a GPU count, not {devices!r}")

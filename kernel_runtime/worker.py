@@ -1,0 +1,338 @@
+"""The worker entry point: one process per rank, spawned by ``launch`` or started by ``torchrun``.
+
+A worker joins the process group, and for each task (a plan and a step count) builds only its own
+stages from the model spec (seeded per layer), agrees on boundary shapes with its neighbours, then
+runs steps: barrier, actions, optimizer step, report. Reports go to the launcher's queue (a dict
+per message, plain Python and numpy only) or, under torchrun, to stdout as JSON lines.
+
+torchrun:  torchrun --nproc-per-node 4 -m kernel_runtime.worker --plan plan.json --steps 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Job", "Task", "worker_main", "main"]
+
+
+@dataclass
+class Task:
+    """One plan to run for ``steps`` steps (picklable: the plan travels as its JSON dict)."""
+
+    plan: dict
+    steps: int = 1
+    capture_grads: bool = False
+
+
+@dataclass
+class Job:
+    """Everything a worker needs (picklable)."""
+
+    tasks: list[Task]
+    world: int
+    model: Any = None
+    loss_fn: Any = None
+    data: Any = None
+    timed: Any = False
+    device: str = "cpu"            # "cpu" or "cuda"
+    backend: str = "gloo"
+    dtype: str = "float32"
+    lr: float = 0.01
+    optimizer: str = "sgd"
+    seed: int = 0
+    timeout: float = 60.0
+    threads: int | None = None
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    fault: dict = field(default_factory=dict)   # test hook: {"rank": r, "action": "1F2", "kind": ...}
+
+
+def _dtype(name: str):
+    import torch
+    try:
+        return {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}: use float32, float64, bfloat16 or float16") from None
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker if the launching process dies (no orphans)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _device(job: Job, local_rank: int):
+    import torch
+    if job.device == "cuda":
+        n = torch.cuda.device_count()
+        dev = torch.device("cuda", local_rank % n)
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
+    """(what, stage) → (shape, dtype) for every message this rank sends or receives.
+
+    Stage by stage in model order, the owner runs one no-grad forward on a zero tensor of its input
+    shape (the real first microbatch for stage 0) and sends the output's shape to the next owner.
+    """
+    import torch
+    import torch.distributed as dist
+    sched = plan.schedule
+    S, place = sched.num_stages, sched.placement
+    shapes: dict = {}
+    in_meta = None
+    for s in range(S - 1):
+        src, dst = place[s], place[s + 1]
+        if rank == src:
+            if s == 0:
+                x = sample
+            else:
+                shape, dt = in_meta
+                x = torch.zeros(shape, dtype=dt, device=device)
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                from .executor import stage_forward
+                _, _, y = stage_forward(layers[s], x)
+            meta = (tuple(y.shape), y.dtype)
+            if not y.is_floating_point():
+                raise ValueError(f"stage {s} outputs a {y.dtype} tensor; stage outputs must be floating "
+                                 "point so gradients can flow back")
+            shapes[("act", s)] = meta
+            shapes[("grad", s + 1)] = meta
+            in_meta = meta if dst == rank else None
+            if dst != rank:
+                hdr = torch.zeros(10, dtype=torch.int64)
+                hdr[0], hdr[1] = _DTYPES.index(str(y.dtype)), y.dim()
+                hdr[2:2 + y.dim()] = torch.tensor(y.shape)
+                dist.send(hdr.to(device) if device.type == "cuda" else hdr, dst=dst)
+        elif rank == dst:
+            hdr = torch.zeros(10, dtype=torch.int64, device=device if device.type == "cuda" else "cpu")
+            dist.recv(hdr, src=src)
+            hdr = hdr.cpu()
+            meta = (tuple(int(v) for v in hdr[2:2 + int(hdr[1])]),
+                    getattr(torch, _DTYPES[int(hdr[0])].removeprefix("torch.")))
+            shapes[("act", s)] = meta
+            shapes[("grad", s + 1)] = meta
+            in_meta = meta
+        else:
+            in_meta = None
+    return shapes
+
+
+_DTYPES = ["torch.float32", "torch.float64", "torch.bfloat16", "torch.float16"]
+
+
+def _apply_fault(job: Job, rank: int, spec):
+    """Test hook: make one rank fail inside one action (raise, die, or run out of memory)."""
+    f = job.fault
+    if not f or f.get("rank") != rank:
+        return
+    from . import executor as ex
+    target, kind = f.get("action"), f.get("kind", "raise")
+    for name in ("F", "I", "W", "B"):
+        orig = ex.HANDLERS[name]
+
+        def wrapped(e, a, st, orig=orig):
+            if str(a) == target:
+                if kind == "raise":
+                    raise RuntimeError(f"injected failure in {a}")
+                if kind == "kill":
+                    os.kill(os.getpid(), 9)
+                if kind == "oom":
+                    import torch
+                    torch.empty(1 << 50, dtype=torch.uint8)    # 1 PiB: the allocator refuses
+                if kind == "hang":
+                    time.sleep(3600)
+            return orig(e, a, st)
+        ex.HANDLERS[name] = wrapped
+
+
+def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | None = None) -> None:
+    """Join the group, run every task, report; raises on failure (the caller reports it)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from datetime import timedelta
+
+    from flexpipe_ui.planfile import plan_from_dict
+
+    from .commplan import derive_comm
+    from .data import get_batch, make_optimizer, split_microbatches
+    from .executor import CpuTimer, CudaTimer, RankExecutor
+    from .models import as_spec
+    from .transport import ChannelGroups
+
+    if job.threads:
+        torch.set_num_threads(job.threads)
+    dtype = _dtype(job.dtype)
+    device = _device(job, rank if local_rank is None else local_rank)
+    if not dist.is_initialized():
+        kw = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(job.backend, rank=rank, world_size=job.world,
+                                timeout=timedelta(seconds=max(job.timeout, 30.0)), **kw)
+    groups = ChannelGroups(job.backend)
+    timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
+    plans = [plan_from_dict(t.plan) for t in job.tasks]
+    spec = as_spec(job.model, job.loss_fn, num_layers=plans[0].num_layers or plans[0].schedule.num_stages,
+                   timed=job.timed)
+    _apply_fault(job, rank, spec)
+    report({"type": "ready", "rank": rank, "host": os.uname().nodename, "pid": os.getpid()})
+    for ti, (task, plan) in enumerate(zip(job.tasks, plans)):
+        sched = plan.schedule
+        part = plan.partition or tuple((s,) for s in range(sched.num_stages))
+        mine = sched.stages_of(rank)
+        layers = {s: spec.layers(part[s], job.seed, device=device, dtype=dtype) for s in mine}
+        params = [p for s in mine for l in layers[s] for p in l.parameters()]
+        opt = make_optimizer(params, job.lr, job.optimizer) if params else None
+        comm = derive_comm(sched)
+        groups.ensure(comm.channels, rank, device)
+
+        def mb(step):
+            x, t = get_batch(spec, job.data, step, job.seed)
+            x = x.to(device)
+            t = t.to(device)
+            x = x.to(dtype) if x.is_floating_point() else x
+            t = t.to(dtype) if t.is_floating_point() else t
+            return (split_microbatches(x, sched.microbatches, "input batch"),
+                    split_microbatches(t, sched.microbatches, "target batch"))
+
+        first = mb(0)
+        shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype)
+        prog = (lambda pos, ti=ti: progress(ti, -1, pos)) if progress else None
+        ex = RankExecutor(plan, rank, layers, spec.loss_fn, comm, shapes, device, groups, job.timeout,
+                          timer, None)
+        for step in range(task.steps):
+            inputs, targets = first if step == 0 else mb(step)
+            if progress:
+                ex.progress = lambda pos, ti=ti, step=step: progress(ti, step, pos)
+            dist.barrier()
+            rec = ex.run_step(inputs if 0 in mine else None,
+                              targets if sched.num_stages - 1 in mine else None, step)
+            grads = None
+            if task.capture_grads:
+                grads = {f"{part[s][j]}.{n}": p.grad.detach().double().cpu().numpy().copy()
+                         for s in mine for j, l in enumerate(layers[s]) for n, p in l.named_parameters()
+                         if p.grad is not None}
+            if opt is not None:
+                opt.step()
+            t_end = timer.now()
+            report({"type": "step", "rank": rank, "task": ti, "step": step, "loss": rec.loss,
+                    "records": rec.records, "t0": rec.t0, "t_end": t_end, "grads": grads})
+        del ex, layers, params, opt
+    dist.barrier()
+    report({"type": "done", "rank": rank})
+
+
+def worker_main(rank: int, job: Job, queue, progress_arr=None) -> None:
+    """Entry point for ``launch`` (torch.multiprocessing spawn): errors go to the queue."""
+    _die_with_parent()
+    os.environ.setdefault("MASTER_ADDR", job.master_addr)
+    os.environ["MASTER_PORT"] = str(job.master_port)
+
+    def progress(task, step, pos):
+        if progress_arr is not None:
+            base = 3 * rank
+            progress_arr[base], progress_arr[base + 1], progress_arr[base + 2] = task, step, pos
+
+    try:
+        run_worker(rank, job, queue.put, progress)
+    except BaseException as e:   # noqa: BLE001 - everything is reported, then the process exits
+        from .executor import ActionError
+        from .transport import CommError
+        cause = e.cause if isinstance(e, ActionError) else e
+        comm = isinstance(cause, CommError) or (isinstance(cause, RuntimeError) and _looks_like_comm(cause))
+        oom = _looks_like_oom(cause)
+        queue.put({"type": "error", "rank": rank, "action": getattr(e, "action", None),
+                   "step": getattr(e, "step", None), "message": str(e), "exc_type": type(cause).__name__,
+                   "traceback": traceback.format_exc(), "comm": comm, "oom": oom,
+                   "time": time.monotonic()})
+        _close(queue)
+        os._exit(1)
+    _close(queue)
+    try:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def _close(queue) -> None:
+    try:
+        queue.close()
+        queue.join_thread()
+    except Exception:
+        pass
+
+
+def _looks_like_comm(e: BaseException) -> bool:
+    t = str(e).lower()
+    return any(k in t for k in ("connection", "gloo", "nccl", "peer", "socket", "broken pipe"))
+
+
+def _looks_like_oom(e: BaseException) -> bool:
+    t = f"{type(e).__name__} {e}".lower()
+    return "out of memory" in t or "can't allocate memory" in t or "outofmemory" in t or \
+        isinstance(e, MemoryError)
+
+
+# -- torchrun --------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun ... -m kernel_runtime.worker --plan P``: RANK/WORLD_SIZE come from torchrun."""
+    p = argparse.ArgumentParser(prog="kernel_runtime.worker")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--model", default="demo-gpt")
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--out", default=None, help="directory for per-rank JSON step reports")
+    args = p.parse_args(argv)
+    import torch
+    from flexpipe_ui.planfile import load_plan, plan_to_dict
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    plan = load_plan(args.plan)
+    if plan.ranks != world:
+        print(f"plan has {plan.ranks} ranks but torchrun started {world} processes", file=sys.stderr)
+        return 2
+    job = Job(tasks=[Task(plan_to_dict(plan), args.steps)], world=world, model=args.model,
+              device=device, backend="nccl" if device == "cuda" else "gloo", dtype=args.dtype,
+              lr=args.lr, seed=args.seed, timeout=args.timeout)
+    out = None
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        out = open(os.path.join(args.out, f"rank{rank}.jsonl"), "w")
+
+    def report(msg):
+        if msg["type"] == "step":
+            if msg["loss"] is not None:
+                print(json.dumps({"step": msg["step"], "loss": msg["loss"],
+                                  "step_time": (msg["t_end"] - msg["t0"]) / 1e9}), flush=True)
+            if out is not None:
+                out.write(json.dumps({k: v for k, v in msg.items() if k != "grads"}) + "\n")
+                out.flush()
+
+    run_worker(rank, job, report, local_rank=local)
+    import torch.distributed as dist
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
