@@ -1,0 +1,131 @@
+"""A DSL ``Program``: placement + rules (+ extra operations) → a ``Schedule`` for any (ranks, microbatches).
+
+    Program(placement=vshape(), rules=Rules(backward="split", priority=("I", "F", "W"), in_flight="2*p"))
+        .schedule(ranks=8, microbatches=32, costs=None)
+
+``schedule`` checks the rule set against the shape and costs first (``RulesError`` with the numbers
+when it cannot finish), then runs the actor list scheduler. ``source()`` is the program as DSL text
+(stored in a plan's ``meta["program"]``); ``repr`` is the same text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from ..kinds import get_kind
+from ..problem import StageCosts, uniform_costs
+from .placement import Placement, as_placement, looped
+from .rules import Rules, RulesError
+from .scheduler import list_schedule
+
+__all__ = ["Program"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    """A schedule written in the DSL."""
+
+    placement: Placement = field(default_factory=lambda: looped(1))
+    """How virtual stages map onto ranks: ``looped(v)``, ``vshape()``, ``wave(k)``, ``explicit([...])``."""
+    rules: Rules = field(default_factory=Rules)
+    """How each rank picks its next action (with per-rank overrides)."""
+    extra: Mapping[str, object] = field(default_factory=dict)
+    """Extra operations per stage: kind name → ``"all"`` or a tuple of stage indices, e.g.
+    ``{"R": "all"}`` for recomputation (the kind must be registered, see ``flexpipe_ui.ops``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "placement", as_placement(self.placement))
+        if not isinstance(self.rules, Rules):
+            raise RulesError(f"rules must be a Rules(...), got {self.rules!r}")
+        ex = {}
+        for name, where in dict(self.extra).items():
+            get_kind(name)
+            if where != "all":
+                try:
+                    where = tuple(int(s) for s in where)
+                except TypeError:
+                    raise RulesError(f"extra[{name!r}] must be 'all' or a tuple of stage indices, "
+                                     f"got {where!r}") from None
+            ex[name] = where
+        object.__setattr__(self, "extra", ex)
+
+    def with_(self, **changes) -> "Program":
+        return replace(self, **changes)
+
+    def source(self) -> str:
+        parts = [f"placement={self.placement!r}", f"rules={self.rules.source()}"]
+        if self.extra:
+            parts.append(f"extra={dict(self.extra)!r}")
+        return "Program(" + ", ".join(parts) + ")"
+
+    __repr__ = source
+
+    # -- checks ---------------------------------------------------------------------------------
+    def resolve(self, ranks: int, microbatches: int, costs: StageCosts | None = None):
+        """Check everything that can be checked before scheduling; return (placement, rules, limits, costs)."""
+        if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+            raise RulesError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+        place = self.placement(ranks)
+        S = len(place)
+        if costs is None:
+            costs = uniform_costs(S, ranks)
+        elif costs.num_stages != S:
+            raise RulesError(f"costs are for {costs.num_stages} stages but {self.placement!r} on "
+                             f"{ranks} ranks has {S} stages (partition the model into {S} stages)")
+        self.rules.check()
+        bad = sorted(r for r in self.rules.overrides if r >= ranks)
+        if bad:
+            raise RulesError(f"rules override ranks {bad}, but there are only {ranks} ranks (0..{ranks - 1})")
+        for name, where in self.extra.items():
+            if where != "all":
+                out = [s for s in where if not 0 <= s < S]
+                if out:
+                    raise RulesError(f"extra[{name!r}] names stages {out}, but there are {S} stages (0..{S - 1})")
+        rank_rules = [self.rules.for_rank(r) for r in range(ranks)]
+        limits = []
+        for r, rr in enumerate(rank_rules):
+            if rr is not self.rules:
+                rr.check(f"rank {r} override")
+            v = sum(1 for x in place if x == r)
+            lims = []
+            for name in ("in_flight", "warmup"):
+                lim = rr.limit(name, p=ranks, r=r, v=v, m=microbatches)
+                if lim is not None and lim < v:
+                    val = getattr(rr, name)
+                    src = f" (= {val!r} with p={ranks}, r={r}, v={v}, m={microbatches})" \
+                        if isinstance(val, str) else ""
+                    raise RulesError(f"{name} limit {lim}{src} on rank {r} is below the {v} stage(s) a "
+                                     f"microbatch occupies on that rank, so no microbatch could ever "
+                                     f"finish; use {name} >= {v}")
+                lims.append(lim)
+            limits.append(tuple(lims))
+            if rr.memory_cap is not None:
+                need = _one_microbatch(place, r, costs, rr, self.extra)
+                if rr.memory_cap < need - 1e-9:
+                    static = float(sum(costs.mem[s] for s, x in enumerate(place) if x == r))
+                    raise RulesError(f"memory cap {rr.memory_cap:g} on rank {r} is below what one "
+                                     f"microbatch needs there: static {static:g} + activations "
+                                     f"{need - static:g} = {need:g}; raise the cap to >= {need:g}, add "
+                                     f"recomputation (extra={{'R': 'all'}}) or use more ranks")
+        return place, rank_rules, limits, costs
+
+    def schedule(self, *, ranks: int, microbatches: int, costs: StageCosts | None = None):
+        """The ``Schedule`` this program generates (uniform costs if ``costs`` is None)."""
+        place, rank_rules, limits, costs = self.resolve(ranks, microbatches, costs)
+        return list_schedule(place, ranks, microbatches, costs, rank_rules, self.extra, limits)
+
+
+def _one_microbatch(place, r, costs, rr, extra) -> float:
+    """Static memory of rank r + the activations one microbatch holds on all its stages at once."""
+    total = 0.0
+    for s, x in enumerate(place):
+        if x != r:
+            continue
+        total += float(costs.mem[s])
+        f = get_kind("F")
+        start = f.mem_start
+        for name, where in extra.items():
+            if where == "all" or s in where:
+                start += get_kind(name).adjust.get("F", (0.0, 0.0))[0]
+        total += float(costs.act[s]) * max(start, 0.0)
+    return total
