@@ -9,7 +9,9 @@ lands in I); weight-gradient (W) ``2bsP``. Static memory is 16 bytes per trainab
 bf16 tensors the backward reads (flash attention: no s² term), ``2(6h + 2·kv + 3·ffn)`` bytes per
 token per block. Cross-rank latency is one activation (``bsh`` bf16) over the link.
 
-Presets are functions (torchtitan style); ``PRESETS`` maps the benchmark's scenario names to them.
+Every preset caps memory at the device's 80 GiB unless told otherwise (``memory_limit=None``): a
+schedule that needs more would not run. Presets are functions (torchtitan style); ``PRESETS`` maps
+the benchmark's scenario names to them.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ class Device:
     """Point-to-point bandwidth between pipeline ranks, GB/s (400 Gb/s InfiniBand)."""
     link_latency_ms: float = 0.01
     """Fixed per-message latency."""
+    memory_mib: float = 80.0 * 1024
+    """Device memory, MiB (the presets' default ``memory_limit``)."""
 
     def ms(self, flops: float) -> float:
         return flops / (self.tflops * 1e12) * 1e3
@@ -130,7 +134,10 @@ def _comm(t: Transformer, dev: Device) -> float:
     return dev.comm_ms(2.0 * t.tokens * t.hidden)
 
 
-def _problem(ranks: int, microbatches: int, layers, comm: float, memory_limit, name: str, **meta) -> Problem:
+def _problem(ranks: int, microbatches: int, layers, comm: float, memory_limit, name: str,
+             dev: Device | None = None, **meta) -> Problem:
+    if memory_limit == "device":
+        memory_limit = (dev or Device()).memory_mib
     if ranks < 1 or microbatches < 1:
         raise PresetError(f"ranks and microbatches must be >= 1, got {ranks}, {microbatches}")
     return Problem(ranks=ranks, microbatches=microbatches, layers=tuple(layers), comm=comm,
@@ -140,25 +147,25 @@ def _problem(ranks: int, microbatches: int, layers, comm: float, memory_limit, n
 
 def uniform_gpt(ranks: int = 8, microbatches: int = 32, *, layers: int = 32,
                 model: Transformer | None = None, device: Device | None = None,
-                memory_limit: float | None = None) -> Problem:
+                memory_limit: float | None | str = "device") -> Problem:
     """``layers`` identical decoder blocks (no embedding or head): the textbook case."""
     t, dev = model or Transformer(), device or Device()
     blk = decoder_block(t, dev)
-    return _problem(ranks, microbatches, [blk] * layers, _comm(t, dev), memory_limit, "uniform_gpt")
+    return _problem(ranks, microbatches, [blk] * layers, _comm(t, dev), memory_limit, "uniform_gpt", dev)
 
 
 def gpt(ranks: int = 8, microbatches: int = 32, *, model: Transformer | None = None,
-        device: Device | None = None, memory_limit: float | None = None, name: str = "gpt") -> Problem:
+        device: Device | None = None, memory_limit: float | None | str = "device", name: str = "gpt") -> Problem:
     """Embedding + ``blocks`` decoder blocks + LM head (``blocks + 2`` layers)."""
     t, dev = model or Transformer(), device or Device()
     layers = [embedding(t, dev)] + [decoder_block(t, dev, name=f"block{k}") for k in range(t.blocks)]
     layers.append(lm_head(t, dev))
-    return _problem(ranks, microbatches, layers, _comm(t, dev), memory_limit, name,
+    return _problem(ranks, microbatches, layers, _comm(t, dev), memory_limit, name, dev,
                     model={"blocks": t.blocks, "hidden": t.hidden, "vocab": t.vocab, "seq": t.seq})
 
 
 def gpt_heavy_head(ranks: int = 8, microbatches: int = 32, *, blocks: int = 32, vocab: int = 256000,
-                   device: Device | None = None, memory_limit: float | None = None) -> Problem:
+                   device: Device | None = None, memory_limit: float | None | str = "device") -> Problem:
     """A GPT whose LM head (256k vocabulary, Gemma-like) costs about five decoder blocks."""
     return gpt(ranks, microbatches, model=Transformer(blocks=blocks, vocab=vocab), device=device,
                memory_limit=memory_limit, name="gpt_heavy_head")
@@ -166,7 +173,7 @@ def gpt_heavy_head(ranks: int = 8, microbatches: int = 32, *, blocks: int = 32, 
 
 def vision_llm(ranks: int = 8, microbatches: int = 32, *, vit_blocks: int = 40, images: int = 8,
                llm: Transformer | None = None, device: Device | None = None,
-               memory_limit: float | None = None) -> Problem:
+               memory_limit: float | None | str = "device") -> Problem:
     """A ViT-g-like encoder (40 blocks, width 1408, 1025 patches, 8 images) + projector + Llama LLM."""
     dev = device or Device()
     t = llm or Transformer(blocks=32, vocab=128256)
@@ -178,10 +185,10 @@ def vision_llm(ranks: int = 8, microbatches: int = 32, *, vit_blocks: int = 40, 
                  mem=16.0 * (1408 * t.hidden + t.hidden * t.hidden) / _MIB, name="projector")
     layers = vit + [proj, embedding(t, dev)] + [decoder_block(t, dev, name=f"block{k}") for k in range(t.blocks)]
     layers.append(lm_head(t, dev))
-    return _problem(ranks, microbatches, layers, _comm(t, dev), memory_limit, "vision_llm")
+    return _problem(ranks, microbatches, layers, _comm(t, dev), memory_limit, "vision_llm", dev)
 
 
-def tight_memory(ranks: int = 8, microbatches: int = 32, *, fraction: float = 0.55,
+def tight_memory(ranks: int = 8, microbatches: int = 32, *, fraction: float = 0.7,
                  base: Problem | None = None) -> Problem:
     """``base`` (default ``gpt``) with a cap at ``fraction`` of 1F1B's estimated peak on an even split.
 
@@ -219,7 +226,8 @@ def lora_finetune(ranks: int = 8, microbatches: int = 32, *, lora_rank: int = 16
     layers = [embedding(t, dev, trainable=False)]
     layers += [decoder_block(t, dev, lora_rank=lora_rank, name=f"block{k}") for k in range(t.blocks)]
     layers.append(lm_head(t, dev, trainable=False))
-    return _problem(ranks, microbatches, layers, _comm(t, dev), None, "lora_finetune", lora_rank=lora_rank)
+    return _problem(ranks, microbatches, layers, _comm(t, dev), "device", "lora_finetune", dev,
+                    lora_rank=lora_rank)
 
 
 PRESETS: dict[str, Callable[..., Problem]] = {

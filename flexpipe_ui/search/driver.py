@@ -12,8 +12,9 @@ Phases (each candidate is pruned when its lower bound cannot beat the incumbent)
    layer and rebuild the same program.
 
 Determinism: the order of evaluation depends only on the problem and ``seed`` (ties and the
-refinement's neighbour order are shuffled by ``random.Random(seed)``); the evaluation budget
-``max_evals`` is a count, so ``time_limit`` is the only machine-dependent stop (it is reported).
+refinement's neighbour order are shuffled by ``random.Random(seed)``); the budgets
+(``max_evals`` simulations, ``max_actions`` simulated actions) are counts, so ``time_limit`` and
+cancellation are the only machine-dependent stops (``stats["stopped"]`` says which ended it).
 """
 from __future__ import annotations
 
@@ -90,20 +91,27 @@ class SearchResult:
                 f"best={self.candidates[0][2]!r}, evaluated={self.stats.get('evaluated')})")
 
 
-def default_budget(problem: Problem) -> int:
-    """Evaluations allowed by default: ~2 s at 8×32, ~20 s at 16×64 on one core (benchmarked)."""
+def default_budget(problem: Problem) -> tuple[int, int]:
+    """(evaluations, simulated actions) allowed by default.
+
+    Generation + simulation cost grows with the action count, so the budget is also a number of
+    actions: 300k per 256 rank-microbatches (~1.5 s at 8×32 and ~12 s at 16×64 on one core, see
+    benchmarks/bench_auto.py). Both are counts, so the search stays deterministic.
+    """
     size = problem.ranks * problem.microbatches
-    return int(max(60, min(400, 90_000 / max(size, 1) ** 0.75)))
+    return 400, int(300_000 * max(size, 64) / 256)
 
 
 class _Search:
     def __init__(self, problem: Problem, *, seed: int, time_limit: float | None, max_evals: int,
-                 progress, stop: Callable[[], bool], top: int):
+                 max_actions: int, progress, stop: Callable[[], bool], top: int):
         self.problem = problem
         self.rng = random.Random(seed)
         self.t0 = time.perf_counter()
         self.time_limit = time_limit
         self.max_evals = max_evals
+        self.max_actions = max_actions
+        self.actions = 0
         self.progress = progress
         self.stop = stop
         self.top = max(1, top)
@@ -118,6 +126,7 @@ class _Search:
         self.phase = ""
         self.stopped = ""
         self._cand_of: dict[int, Candidate] = {}   # id(Scored) → its candidate, for refinement
+        self.min_memory: tuple[float, str] = (math.inf, "")  # smallest memory lower bound seen
 
     # -- budget --------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -128,6 +137,8 @@ class _Search:
             return True
         if len(self.scored) >= self.max_evals:
             self.stopped = "max_evals"
+        elif self.actions >= self.max_actions:
+            self.stopped = "max_actions"
         elif self.time_limit is not None and self.elapsed() >= self.time_limit:
             self.stopped = "time_limit"
         elif self.stop():
@@ -149,6 +160,8 @@ class _Search:
         if c.bounds is None:
             c = with_bounds(c, self.problem, self.cache)
         limit = self.problem.memory_limit
+        if c.bounds.memory < self.min_memory[0]:
+            self.min_memory = (c.bounds.memory, c.description)
         if limit is not None and c.bounds.memory > limit * (1 + 1e-9) and not c.knobs.get("recompute"):
             self.pruned += 1
             return None
@@ -159,6 +172,8 @@ class _Search:
                      knobs=dict(c.knobs))
         self.scored.append(s)
         self._cand_of[id(s)] = c
+        if s.plan is not None:
+            self.actions += s.plan.schedule.num_actions
         if s.plan is None:
             self.failed += 1
         elif not s.fits:
@@ -251,7 +266,7 @@ class _Search:
                     for n in ns:
                         part.append(tuple(range(k, k + n)))
                         k += n
-                    out.append(c.moved(part, _base(c.description) + f", refined split {ns}"))
+                    out.append(c.moved(part, _base(c.description) + f", refined split {_sizes_text(ns)}"))
         self.rng.shuffle(out)
         return out
 
@@ -271,6 +286,18 @@ def _best_structures(S: _Search, structs: list, k: int) -> list:
     return [st for st in structs if (st[1], st[3]) in ranked]
 
 
+def _sizes_text(sizes) -> str:
+    """Layers per stage, runs compressed: [1x27, 2, 1, 1, 2, 1]."""
+    out, k = [], 0
+    while k < len(sizes):
+        j = k
+        while j < len(sizes) and sizes[j] == sizes[k]:
+            j += 1
+        out.append(f"{sizes[k]}x{j - k}" if j - k > 2 else ", ".join([str(sizes[k])] * (j - k)))
+        k = j
+    return "[" + ", ".join(out) + "]"
+
+
 def _base(desc: str) -> str:
     return desc.split(", refined split")[0]
 
@@ -278,12 +305,14 @@ def _base(desc: str) -> str:
 def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int = 0,
                 progress: Callable[[Progress], Any] | None = None, top: int = 1,
                 cancel=None, should_stop: Callable[[], bool] | None = None,
-                max_evals: int | None = None, space: dict | None = None) -> SearchResult:
+                max_evals: int | None = None, max_actions: int | None = None,
+                space: dict | None = None) -> SearchResult:
     """Search partitions × schedules for the lowest simulated makespan that fits ``memory_limit``.
 
     ``cancel`` is a ``threading.Event``-like object (``is_set()``) and ``should_stop`` a callable;
     either stops the search after the current evaluation and returns the best so far.
-    ``max_evals`` caps simulations (default ``default_budget``); ``space`` passes options to
+    ``max_evals`` caps simulations and ``max_actions`` the actions simulated in all (defaults:
+    ``default_budget``); ``space`` passes options to
     ``space.program_candidates`` (e.g. ``{"chunks": (1, 2)}``). Raises ``NoFeasiblePlan`` when
     nothing fits, ``SearchCancelled`` when stopped before any usable plan.
     """
@@ -292,9 +321,11 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
     def stop() -> bool:
         return bool((cancel is not None and cancel.is_set()) or (should_stop is not None and should_stop()))
 
-    budget = max_evals if max_evals is not None else default_budget(problem)
-    S = _Search(problem, seed=seed, time_limit=time_limit, max_evals=budget, progress=progress,
-                stop=stop, top=top)
+    d_evals, d_actions = default_budget(problem)
+    S = _Search(problem, seed=seed, time_limit=time_limit,
+                max_evals=max_evals if max_evals is not None else d_evals,
+                max_actions=max_actions if max_actions is not None else d_actions,
+                progress=progress, stop=stop, top=top)
     opts = dict(space or {})
     S.phase = "seeds"
     # seeds are all evaluated (force): they define "never worse than the library"
@@ -318,13 +349,22 @@ def _result(problem: Problem, S: _Search, top: int) -> SearchResult:
     good = sorted((s for s in S.scored if s.ok), key=lambda s: (s.makespan, s.peak))
     stats = {"evaluated": len(S.scored), "pruned": S.pruned, "failed": S.failed,
              "over_memory": len(S.over), "elapsed_s": round(S.elapsed(), 4),
-             "stopped": S.stopped or "exhausted", "budget": S.max_evals}
+             "stopped": S.stopped or "exhausted", "budget": S.max_evals, "actions": S.actions,
+             "action_budget": S.max_actions}
     if not good:
         if S.stopped == "cancelled":
             raise SearchCancelled(f"search cancelled after {len(S.scored)} evaluations, before any plan "
                                   "fitting the memory cap was found")
         built = [s for s in S.scored if s.plan is not None]
         if not built:
+            low, desc = S.min_memory
+            if limit is not None and low > limit:
+                raise NoFeasiblePlan(
+                    f"nothing fits memory_limit={limit:g}: every candidate needs at least {low:.6g} on "
+                    f"some rank (static memory + one microbatch's activation of its largest stage; "
+                    f"best: {desc}). A cap of {low:.6g} is the least that could fit; otherwise "
+                    f"recompute activations, shard the weights, or use more ranks than {problem.ranks}.",
+                    smallest_peak=low, memory_limit=limit, description=desc)
             reasons = "; ".join(dict.fromkeys(s.error for s in S.scored[:5]))
             raise NoFeasiblePlan(f"no candidate could be built ({len(S.scored)} tried): {reasons}",
                                  smallest_peak=math.inf, memory_limit=limit)

@@ -1,0 +1,132 @@
+"""Auto-scheduler benchmark: auto vs torch.distributed.pipelining's built-ins vs Megatron 1F1B.
+
+Per scenario (``flexpipe_ui.presets``; 8 ranks × 32 microbatches unless named otherwise) it prints
+the auto plan's makespan and peak memory, every torch built-in schedule's makespan on an even
+layer split (imported with ``flexpipe_ui.torch_interop``, timed by the same simulator; "OOM" when
+its peak exceeds the scenario's memory cap, "invalid" when it fails validation — torch 2.13's
+``Schedule1F1B`` does), Megatron's 1F1B from our library on an even split, the lower bound
+Σ work / ranks, the search time and the speed-ups. Last line: ``search_s_8x32=<seconds>``.
+
+    .venv/bin/python benchmarks/bench_auto.py            # all scenarios (~1-2 min on one core)
+    .venv/bin/python benchmarks/bench_auto.py --quick    # 8×32 scenarios only
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from flexpipe_ui.ir import Plan  # noqa: E402
+from flexpipe_ui.presets import Transformer, gpt, preset  # noqa: E402
+from flexpipe_ui.problem import even_partition  # noqa: E402
+from flexpipe_ui.search import auto_search, ideal_makespan  # noqa: E402
+from flexpipe_ui.sim import simulate  # noqa: E402
+
+TORCH = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zb-v", "dualpipe-v")
+SHORT = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved-1f1b": "int1f1b", "looped-bfs": "loopbfs",
+         "interleaved-zb": "intzb", "zb-v": "zbv", "dualpipe-v": "dpv"}
+
+
+def scenarios(quick: bool):
+    out = [
+        ("uniform GPT (32 blocks)", preset("uniform_gpt")),
+        ("Llama-8B: embedding + 32 blocks + LM head", preset("gpt")),
+        ("GPT, heavy LM head (256k vocab)", preset("gpt_heavy_head")),
+        ("vision encoder + LLM (75 layers)", preset("vision_llm")),
+        ("tight memory cap", preset("tight_memory")),
+        ("few microbatches (m=8)", preset("few_microbatches")),
+        ("high comm latency (100 GbE)", preset("high_comm")),
+        ("W << I (LoRA fine-tune)", preset("lora_finetune")),
+    ]
+    if not quick:
+        out.append(("16 ranks x 64 mb x 66 layers", gpt(16, 64, model=Transformer(blocks=64))))
+    return out
+
+
+def torch_makespans(problem):
+    from flexpipe_ui.torch_interop import TorchInteropError, import_torch_schedule
+    from flexpipe_ui.validate import ScheduleError, validate
+    out = {}
+    for name in TORCH:
+        try:
+            sched = import_torch_schedule(name, problem.ranks, problem.microbatches)
+            validate(sched)
+        except ScheduleError:
+            out[name] = ("invalid", math.inf, math.inf)
+            continue
+        except TorchInteropError as e:
+            out[name] = ("n/a", math.inf, math.inf)
+            continue
+        plan = Plan(sched, even_partition(problem.num_layers, sched.num_stages))
+        res = simulate(plan, problem)
+        peak = res.metrics.max_peak_memory
+        fits = problem.memory_limit is None or peak <= problem.memory_limit * (1 + 1e-9)
+        out[name] = ("ok" if fits else "OOM", res.makespan, peak)
+    return out
+
+
+def megatron_1f1b(problem):
+    try:
+        from flexpipe_ui.library import build_named
+    except ImportError:
+        return ("n/a", math.inf, math.inf)
+    res = simulate(build_named("1f1b", problem), problem)
+    peak = res.metrics.max_peak_memory
+    fits = problem.memory_limit is None or peak <= problem.memory_limit * (1 + 1e-9)
+    return ("ok" if fits else "OOM", res.makespan, peak)
+
+
+def _cell(st):
+    status, ms, _ = st
+    return f"{ms:8.0f}" if status == "ok" else f"{ms:6.0f}:{status}" if math.isfinite(ms) else f"{status:>8}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rows, t8 = [], []
+    for title, problem in scenarios(args.quick):
+        t0 = time.perf_counter()
+        res = auto_search(problem, seed=args.seed)
+        dt = time.perf_counter() - t0
+        torch_res = torch_makespans(problem)
+        meg = megatron_1f1b(problem)
+        lb = ideal_makespan(problem)
+        fitting = [v[1] for v in torch_res.values() if v[0] == "ok"]
+        best_builtin = min(fitting) if fitting else math.inf
+        any_builtin = min((v[1] for v in torch_res.values() if math.isfinite(v[1])), default=math.inf)
+        peak = res.candidates[0][1].metrics.max_peak_memory
+        shape = f"{problem.ranks}x{problem.microbatches}x{problem.num_layers}"
+        if (problem.ranks, problem.microbatches) == (8, 32):
+            t8.append(dt)
+        print(f"\n== {title}  [{shape}, comm {problem.comm:.3g} ms, cap "
+              f"{problem.memory_limit if problem.memory_limit is not None else 'none'} MiB]")
+        print(f"   auto      {res.makespan:10.1f} ms  peak {peak:9.0f} MiB  search {dt:6.2f} s "
+              f"({res.stats['evaluated']} simulated, {res.stats['pruned']} pruned)  {res.candidates[0][2]}")
+        print("   torch     " + "  ".join(f"{SHORT[n]}={_cell(v)}" for n, v in torch_res.items()))
+        print(f"   megatron 1f1b (library, even) {_cell(meg)}   lower bound {lb:.1f}")
+        sp_b = best_builtin / res.makespan
+        sp_m = meg[1] / res.makespan if meg[0] == "ok" else math.nan
+        print(f"   speed-up vs best fitting built-in {sp_b:.3f}x (vs best built-in ignoring memory "
+              f"{any_builtin / res.makespan:.3f}x), vs Megatron 1F1B {sp_m:.3f}x; "
+              f"auto / lower bound {res.makespan / lb:.3f}")
+        rows.append((title, shape, res.makespan, best_builtin, meg[1], lb, dt, sp_b, peak))
+    print("\n| scenario | shape | auto | best fitting torch built-in | Megatron 1F1B | lower bound | auto/LB | speed-up | search s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for title, shape, a, b, m, lb, dt, sp_b, _ in rows:
+        print(f"| {title} | {shape} | {a:.0f} | {b:.0f} | {m:.0f} | {lb:.0f} | {a / lb:.3f} | {sp_b:.2f}x | {dt:.2f} |")
+    big = [r for r in rows if r[1].startswith("16x64")]
+    if big:
+        print(f"search_s_16x64={big[0][6]:.2f}")
+    print(f"search_s_8x32={max(t8):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

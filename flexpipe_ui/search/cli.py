@@ -1,0 +1,85 @@
+"""``flexpipe auto PROBLEM.json -o PLAN.json [--time-limit S] [--top K] [--seed N]``.
+
+Prints the top-K table (makespan, peak memory, what it is) and the search statistics; writes the
+best plan to ``-o`` and, with ``--top K``, the runners-up beside it as ``PLAN.2.json`` ... Progress
+(each new best) goes to stderr unless ``--quiet``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _runner_up_path(out: Path, k: int) -> Path:
+    return out.with_name(f"{out.stem}.{k}{out.suffix or '.json'}")
+
+
+def _cmd_auto(args) -> int:
+    from ..planfile import save_plan
+    from ..problem import load_problem
+    from .driver import auto_search
+
+    if args.problem is None and args.preset is None:
+        raise ValueError("give a problem file (flexpipe auto PROBLEM.json -o PLAN.json) or --preset NAME")
+    if args.problem is not None and args.preset is not None:
+        raise ValueError("give either a problem file or --preset, not both")
+    if args.preset is not None:
+        from ..presets import preset
+        problem = preset(args.preset)
+    else:
+        problem = load_problem(args.problem)
+    if args.memory_limit is not None:
+        problem = problem.with_(memory_limit=args.memory_limit)
+    if args.top < 1:
+        raise ValueError(f"--top must be >= 1, got {args.top}")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise ValueError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+
+    best = [float("inf")]
+
+    def progress(ev) -> None:
+        if ev.best_makespan < best[0]:
+            best[0] = ev.best_makespan
+            print(f"[{ev.elapsed:6.2f}s] #{ev.evaluated:<4} {ev.phase:<7} best {ev.best_makespan:.6g}  "
+                  f"{ev.description}", file=sys.stderr)
+
+    res = auto_search(problem, time_limit=args.time_limit, seed=args.seed, top=args.top,
+                      progress=None if args.quiet else progress, max_evals=args.max_evals)
+    out = Path(args.output)
+    save_plan(res.best, out)
+    lines = [f"{'#':>2}  {'makespan':>12}  {'peak memory':>12}  candidate"]
+    for k, (plan, sim, desc) in enumerate(res.candidates, 1):
+        lines.append(f"{k:>2}  {sim.makespan:>12.6g}  {sim.metrics.max_peak_memory:>12.6g}  {desc}")
+        if k > 1:
+            save_plan(plan, _runner_up_path(out, k))
+    print("\n".join(lines))
+    st = res.stats
+    seed_txt = ""
+    if res.best_seed is not None:
+        seed_txt = (f"; best library schedule {res.best_seed[1].makespan:.6g} ({res.best_seed[2]}), "
+                    f"speed-up {res.best_seed[1].makespan / res.makespan:.3f}x")
+    limit = problem.memory_limit
+    print(f"lower bound (sum of work / ranks) {res.lower_bound:.6g}; auto is "
+          f"{res.makespan / res.lower_bound:.3f}x of it{seed_txt}")
+    print(f"memory limit {limit if limit is not None else 'none'}; evaluated {st['evaluated']}, "
+          f"pruned {st['pruned']}, over memory {st['over_memory']}, failed {st['failed']} in "
+          f"{st['elapsed_s']:.2f} s (stopped: {st['stopped']})")
+    print(f"wrote {out}" + (f" and {len(res.candidates) - 1} runner-up plan(s)" if len(res.candidates) > 1 else ""))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("auto", help="auto-schedule: best partition + schedule for a problem file")
+    p.add_argument("problem", nargs="?", help="flexpipe-problem/1 JSON (e.g. written by `flexpipe profile`)")
+    p.add_argument("-o", "--output", required=True, help="where to write the best plan")
+    p.add_argument("--preset", help="use a built-in problem preset instead of a file (see flexpipe_ui.presets)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop after S seconds with the best so far (makes the result machine-dependent)")
+    p.add_argument("--top", type=int, default=1, metavar="K", help="also report and write the K best plans")
+    p.add_argument("--seed", type=int, default=0, help="tie-break seed (same seed, same result)")
+    p.add_argument("--max-evals", type=int, default=None, metavar="N", help="simulation budget")
+    p.add_argument("--memory-limit", type=float, default=None, help="override the problem's per-rank cap")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=_cmd_auto)
