@@ -14,8 +14,8 @@ __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "pr
            "register_handler", "derive_comm", "models"]
 
 _WHERE = {
-    "launch": "launch", "RunHandle": "launch", "StepEvent": "launch", "WorkerError": "launch",
-    "PlanRefused": "launch", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
+    "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
+    "PlanRefused": "launcher", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
     "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
     "reference_run": "data", "register_handler": "executor", "derive_comm": "commplan",
 }
