@@ -20,7 +20,7 @@ import numpy as np
 from .problem import StageCosts
 from .timeline import Metrics, Timeline, compute_metrics, memory_events
 
-__all__ = ["gantt_figure", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
+__all__ = ["gantt_figure", "gantt_traces", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
            "memory_at", "GanttError", "LABEL_LIMIT"]
 
 LABEL_LIMIT = 4000
@@ -180,38 +180,9 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     total_h = height or (gantt_h + (mem_h * R + 20 if with_mem else 0) + 60)
 
     mem_now, curves = (memory_at(tl, costs) if costs is not None and n else (np.zeros(n), []))
-    names = np.array([str(a) for a in tl.actions], dtype=object)
-    kind_names = np.array([a.kind.name for a in tl.actions], dtype=object)
-    mbs = np.array([a.microbatch for a in tl.actions])
-    stages = np.array([a.stage for a in tl.actions])
-    hl = set(map(str, highlight))
-
-    if idle and n:
-        ir, is_, ie = idle_intervals(tl)
-        if len(ir):
-            fig.add_trace(go.Bar(
-                name="idle", orientation="h", base=is_, x=ie - is_, y=ir, marker_color=IDLE_COLOR,
-                marker_line_width=0, width=0.8, customdata=np.stack([is_, ie], axis=1),
-                hovertemplate="idle %{x:.4g}<br>from %{customdata[0]:.4g} to %{customdata[1]:.4g}"
-                              "<extra>rank %{y}</extra>", legendrank=1000), row=1, col=1)
-    order = list(dict.fromkeys(a.kind for a in tl.actions))
-    for kind in order:
-        sel = kind_names == kind.name
-        start, end = tl.start[sel], tl.end[sel]
-        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel]], axis=1)
-        line_w = np.where(np.isin(names[sel], list(hl)), 3.0, 0.4) if hl else 0.4
-        line_c = np.where(np.isin(names[sel], list(hl)), "#ff0000", "white").tolist() if hl else "white"
-        hover = ("<b>%{customdata[0]}</b> (stage %{customdata[4]}, mb %{text})<br>"
-                 "start %{customdata[1]:.4g} · end %{customdata[2]:.4g} · dur %{x:.4g}")
-        if costs is not None:
-            hover += "<br>memory %{customdata[3]:.4g}"
-        fig.add_trace(go.Bar(
-            name=f"{kind.name} ({kind.description or kind.role})", orientation="h",
-            base=start, x=end - start, y=tl.rank[sel], width=0.8,
-            marker=dict(color=kind.color, line=dict(width=line_w, color=line_c)),
-            text=mbs[sel].astype(str), textposition="inside" if show_labels else "none",
-            insidetextanchor="middle", textangle=0, textfont=dict(size=10, color="white"),
-            customdata=cd, hovertemplate=hover + "<extra>rank %{y}</extra>"), row=1, col=1)
+    for tr in gantt_traces(tl, mem_now if costs is not None else None, labels=show_labels, idle=idle,
+                           highlight=highlight):
+        fig.add_trace(tr, row=1, col=1)
 
     if with_mem:
         peak = max((float(v.max()) for _, v in curves), default=0.0)
@@ -250,6 +221,55 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         uniformtext=dict(minsize=7, mode="hide"), hoverlabel=dict(namelength=-1))
     fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False)
     return fig
+
+
+def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool = True,
+                 idle: bool = True, highlight: Sequence[str] = (), legendgroup_prefix: str = "",
+                 showlegend: bool = True, yaxis_label: str = "rank") -> list:
+    """The bar traces of one Gantt: an "idle" trace and one trace per kind (never one per bar).
+
+    ``memory`` (per action, e.g. from ``memory_at``) adds memory to the hover text; ``highlight``
+    outlines actions by name in red. Used by ``gantt_figure`` and by side-by-side comparisons.
+    """
+    import plotly.graph_objects as go
+
+    n = len(tl.actions)
+    names = np.array([str(a) for a in tl.actions], dtype=object)
+    kind_names = np.array([a.kind.name for a in tl.actions], dtype=object)
+    mbs = np.array([a.microbatch for a in tl.actions])
+    stages = np.array([a.stage for a in tl.actions])
+    mem_now = memory if memory is not None else np.zeros(n)
+    hl = list(dict.fromkeys(map(str, highlight)))
+    out = []
+    if idle and n:
+        ir, is_, ie = idle_intervals(tl)
+        if len(ir):
+            out.append(go.Bar(
+                name="idle", orientation="h", base=is_, x=ie - is_, y=ir, marker_color=IDLE_COLOR,
+                marker_line_width=0, width=0.8, customdata=np.stack([is_, ie], axis=1),
+                legendgroup=legendgroup_prefix + "idle", showlegend=showlegend,
+                hovertemplate="idle %{x:.4g}<br>from %{customdata[0]:.4g} to %{customdata[1]:.4g}"
+                              f"<extra>{yaxis_label} %{{y}}</extra>", legendrank=1000))
+    for kind in dict.fromkeys(a.kind for a in tl.actions):
+        sel = kind_names == kind.name
+        start, end = tl.start[sel], tl.end[sel]
+        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel]], axis=1)
+        marked = np.isin(names[sel], hl) if hl else None
+        line_w = np.where(marked, 3.0, 0.4) if hl else 0.4
+        line_c = np.where(marked, "#ff0000", "white").tolist() if hl else "white"
+        hover = ("<b>%{customdata[0]}</b> (stage %{customdata[4]}, mb %{text})<br>"
+                 "start %{customdata[1]:.4g} · end %{customdata[2]:.4g} · dur %{x:.4g}")
+        if memory is not None:
+            hover += "<br>memory %{customdata[3]:.4g}"
+        out.append(go.Bar(
+            name=f"{kind.name} ({kind.description or kind.role})", orientation="h",
+            base=start, x=end - start, y=tl.rank[sel], width=0.8,
+            marker=dict(color=kind.color, line=dict(width=line_w, color=line_c)),
+            text=mbs[sel].astype(str), textposition="inside" if labels else "none",
+            insidetextanchor="middle", textangle=0, textfont=dict(size=10, color="white"),
+            legendgroup=legendgroup_prefix + kind.name, showlegend=showlegend,
+            customdata=cd, hovertemplate=hover + f"<extra>{yaxis_label} %{{y}}</extra>"))
+    return out
 
 
 def save_html(fig, path) -> str:

@@ -1,0 +1,112 @@
+"""``GanttEditor``: the draggable Gantt (an anywidget; front end in ``gantt_editor.js``, bundled).
+
+The Python side packs a timeline into plain arrays (the ``data`` trait) and receives what the
+user did as traits the front end sets: ``drop`` (a bar let go at a time and rank), ``selected``
+(a clicked bar), ``command`` (a key: earlier/later/swap/undo/redo). It never interprets them: the
+``Designer`` observes these traits. ``rendered`` and ``frontend_latency_ms`` come back from the
+browser after each redraw. Tests act as the front end by setting ``drop``/``selected``/``command``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import anywidget
+import numpy as np
+import traitlets
+
+from ..gantt import memory_at
+from ..problem import StageCosts
+from ..timeline import Timeline
+
+__all__ = ["GanttEditor", "pack_timeline"]
+
+_CSS = """
+.fp-editor { outline: none; width: 100%; font: 11px sans-serif; user-select: none; }
+.fp-editor:focus-visible { box-shadow: 0 0 0 2px #4a90d9; }
+.fp-bar { stroke: #fff; stroke-width: 0.5; cursor: grab; }
+.fp-bar:hover { stroke: #000; stroke-width: 1; }
+.fp-bar.fp-sel { stroke: #000; stroke-width: 2; }
+.fp-bar.fp-bad { stroke: #ff0000; stroke-width: 3; }
+.fp-bar.fp-dragging { opacity: 0.75; cursor: grabbing; stroke: #000; stroke-width: 1.5; }
+.fp-label { fill: #fff; font-size: 10px; pointer-events: none; }
+.fp-rank, .fp-axis text, .fp-memlab { fill: #444; font-size: 10px; }
+.fp-memlab { font-size: 9px; }
+.fp-cap { stroke: #d62728; stroke-dasharray: 4 3; stroke-width: 1; }
+.fp-marker { stroke: #000; stroke-width: 2; stroke-dasharray: 3 2; }
+"""
+
+
+def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: Sequence[int] | None = None,
+                  memory_limit: float | None = None, version: int = 0) -> dict:
+    """The ``data`` trait for a timeline: per-bar arrays, memory curves per rank, scale."""
+    n = len(tl.actions)
+    if positions is None:
+        positions = np.zeros(n, int)
+        seen: dict[int, int] = {}
+        for i, r in enumerate(tl.rank.tolist()):
+            positions[i] = seen.get(r, 0)
+            seen[r] = positions[i] + 1
+    bars = {
+        "name": [str(a) for a in tl.actions],
+        "rank": tl.rank.astype(int).tolist(),
+        "start": np.round(tl.start, 9).tolist(),
+        "end": np.round(tl.end, 9).tolist(),
+        "color": [a.kind.color for a in tl.actions],
+        "label": [str(a.microbatch) for a in tl.actions],
+        "stage": [a.stage for a in tl.actions],
+        "index": [int(p) for p in positions],
+    }
+    memory = []
+    if costs is not None and n:
+        at, curves = memory_at(tl, costs)
+        bars["mem"] = np.round(at, 6).tolist()
+        for times, vals in curves:
+            keep = np.r_[times[1:] != times[:-1], True] if len(times) > 1 else np.ones(len(times), bool)
+            memory.append({"t": np.round(times[keep], 9).tolist(), "v": np.round(vals[keep], 6).tolist()})
+    return {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
+            "memory_limit": memory_limit, "version": int(version)}
+
+
+class GanttEditor(anywidget.AnyWidget):
+    """Draggable Gantt: ranks as rows, time on x, per-rank memory panels; see module docstring."""
+
+    _esm = Path(__file__).with_name("gantt_editor.js")
+    _css = _CSS
+
+    data = traitlets.Dict().tag(sync=True)
+    """What to draw (``pack_timeline``); Python → browser."""
+    highlight = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """Action names outlined in red (a validator error's actions)."""
+    selected = traitlets.Unicode("").tag(sync=True)
+    """The selected action (clicked in the browser or set from Python)."""
+    drop = traitlets.Dict().tag(sync=True)
+    """Browser → Python: ``{name, rank, time, seq}`` when a dragged bar is let go."""
+    command = traitlets.Dict().tag(sync=True)
+    """Browser → Python: ``{cmd, seq}`` from the keyboard (earlier, later, swap, undo, redo)."""
+    rendered = traitlets.Int(-1).tag(sync=True)
+    """Browser → Python: the ``data`` version last drawn."""
+    frontend_latency_ms = traitlets.Float(-1.0).tag(sync=True)
+    """Browser → Python: drop → redraw time of the last drag, measured in the page."""
+    width = traitlets.Int(0).tag(sync=True)
+    """Fallback width in px when the page has not laid the widget out yet (0: 900)."""
+
+    def show(self, tl: Timeline, costs: StageCosts | None = None, *, positions=None,
+             memory_limit: float | None = None, highlight: Sequence[str] = ()) -> None:
+        """Draw a timeline (bumps the version, so the browser redraws even if nothing moved)."""
+        version = int(self.data.get("version", 0)) + 1 if self.data else 1
+        with self.hold_trait_notifications():
+            self.highlight = list(map(str, highlight))
+            self.data = pack_timeline(tl, costs, positions=positions, memory_limit=memory_limit,
+                                      version=version)
+
+    @property
+    def version(self) -> int:
+        return int(self.data.get("version", 0)) if self.data else 0
+
+    def bar_centers(self, rank: int) -> list[tuple[str, float]]:
+        """(name, center time) of the drawn bars of one rank, left to right."""
+        b = self.data.get("bars", {}) if self.data else {}
+        out = [(nm, (s + e) / 2) for nm, r, s, e in zip(b.get("name", []), b.get("rank", []),
+                                                        b.get("start", []), b.get("end", [])) if r == rank]
+        return sorted(out, key=lambda x: x[1])

@@ -1,0 +1,251 @@
+"""``LaunchPanel``: train a plan from a cell, watch loss and step time, see measured vs predicted.
+
+Start calls ``kernel_runtime.launch(plan, model=..., steps=..., devices=...)`` (CPU/gloo by
+default, GPUs when torch sees them) and a background thread polls the run's events, so the
+notebook stays responsive and Stop works while it trains. Each step event updates the loss curve
+and the step-time curve; an event carrying a measured ``Timeline`` redraws the measured Gantt
+beside the predicted one (the simulator's, for the same plan), both on the same time range.
+Worker errors (``handle.error`` or an ``error`` event) are shown in the panel.
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+import traceback
+from typing import Any
+
+import traitlets
+
+from ..ir import Plan
+from ..problem import Problem
+
+__all__ = ["LaunchPanel", "available_devices"]
+
+
+def available_devices() -> list[str]:
+    """"cpu", plus "cuda" when torch sees GPUs (imported lazily)."""
+    out = ["cpu"]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            out.append("cuda")
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return out
+
+
+def _get(ev: Any, key: str, default=None):
+    if isinstance(ev, dict):
+        return ev.get(key, default)
+    return getattr(ev, key, default)
+
+
+class LaunchPanel(traitlets.HasTraits):
+    """Start/stop training of ``plan``; ``panel.start(wait=True)`` runs it from code."""
+
+    running = traitlets.Bool(False)
+    step = traitlets.Int(0)
+    loss = traitlets.Float(float("nan"))
+    step_time = traitlets.Float(float("nan"))
+    status = traitlets.Unicode("")
+
+    def __init__(self, plan: Plan, problem: Problem | None = None, *, model: str = "demo-gpt",
+                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25, **launch_kwargs):
+        super().__init__()
+        import ipywidgets as w
+        import plotly.graph_objects as go
+
+        from ..gantt import gantt_figure
+        from ..sim import simulate
+
+        self.plan = plan if isinstance(plan, Plan) else Plan(plan)
+        self.problem = problem
+        self.launch_kwargs = launch_kwargs
+        self.poll_s = poll_s
+        self.handle = None
+        self.error: Any = None
+        self.events: list[Any] = []
+        self.measured = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.predicted = simulate(self.plan, problem)
+
+        devs = available_devices()
+        self.w_model = w.Text(value=model, description="model", layout=w.Layout(width="220px"))
+        self.w_steps = w.BoundedIntText(value=steps, min=1, max=1_000_000, description="steps",
+                                        layout=w.Layout(width="160px"))
+        self.w_devices = w.Dropdown(options=devs, value=devices or ("cuda" if "cuda" in devs else "cpu"),
+                                    description="devices", layout=w.Layout(width="180px"))
+        self.btn_start = w.Button(description="Start", icon="play", button_style="success")
+        self.btn_stop = w.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
+        self.w_status = w.HTML()
+        self.loss_fig = go.FigureWidget(
+            data=[go.Scatter(x=[], y=[], mode="lines+markers", name="loss"),
+                  go.Scatter(x=[], y=[], mode="lines+markers", name="step time", yaxis="y2")],
+            layout=dict(height=260, title="loss and step time", xaxis_title="step",
+                        yaxis=dict(title="loss"), yaxis2=dict(title="step time", overlaying="y", side="right"),
+                        margin=dict(l=50, r=50, t=40, b=30), legend=dict(orientation="h")))
+        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False)
+        self.pred_fig = go.FigureWidget(pred)
+        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height,
+                                                    title="measured: waiting for the first step",
+                                                    margin=pred.layout.margin))
+        self.out = w.Output()
+        self.btn_start.on_click(self._guard(lambda _b: self.start()))
+        self.btn_stop.on_click(self._guard(lambda _b: self.stop()))
+        self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
+        half = w.Layout(width="50%")
+        self.pred_fig.layout.autosize = True
+        self.widget = w.VBox([
+            w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop]),
+            self.w_status, self.loss_fig,
+            w.HBox([w.Box([self.pred_fig], layout=half), w.Box([self.meas_fig], layout=half)]),
+            self.out])
+        self._on_state(None)
+
+    def start(self, *, wait: bool = False, timeout: float | None = None) -> None:
+        """Launch training and follow it in a thread (``wait`` joins it)."""
+        if self.running:
+            raise ValueError("already running: press Stop first")
+        try:
+            from kernel_runtime import launch
+        except ImportError as e:
+            raise ImportError(f"kernel_runtime.launch is not available: {e}") from e
+        self._stop.clear()
+        self.error, self.events, self.measured = None, [], None
+        with self.loss_fig.batch_update():
+            for tr in self.loss_fig.data:
+                tr.x, tr.y = [], []
+        self.status = f"launching {self.w_model.value} for {self.w_steps.value} steps on {self.w_devices.value}…"
+        self.handle = launch(self.plan, model=self.w_model.value, steps=int(self.w_steps.value),
+                             devices=self.w_devices.value, **self.launch_kwargs)
+        self.running = True
+        self._thread = threading.Thread(target=self._follow, daemon=True, name="flexpipe-launch")
+        self._thread.start()
+        if wait:
+            self.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.handle is not None:
+            self.handle.stop()
+        self.status = "stopping…"
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    # -- following the run ----------------------------------------------------------------------
+    def _done(self) -> bool:
+        h = self.handle
+        for name in ("done", "finished"):
+            v = getattr(h, name, None)
+            if v is not None:
+                return bool(v() if callable(v) else v)
+        alive = getattr(h, "is_alive", None) or getattr(h, "running", None)
+        if alive is not None:
+            return not bool(alive() if callable(alive) else alive)
+        return False
+
+    def _follow(self) -> None:
+        try:
+            while True:
+                evs = self.handle.poll(self.poll_s)
+                for ev in ([] if evs is None else evs if isinstance(evs, (list, tuple)) else [evs]):
+                    self._on_event(ev)
+                if self._done():
+                    rest = self.handle.poll(0)
+                    for ev in ([] if rest is None else rest if isinstance(rest, (list, tuple)) else [rest]):
+                        self._on_event(ev)
+                    break
+            err = getattr(self.handle, "error", None)
+            if err:
+                self.error = err
+                self.status = f"<span style='color:#c00'>worker error: {html.escape(str(err))}</span>"
+            elif self._stop.is_set():
+                self.status = f"stopped at step {self.step}"
+            else:
+                n = sum(1 for e in self.events if _get(e, "step") is not None)
+                self.status = (f"finished {n} steps · last loss {self.loss:.4g} · "
+                               f"step time {self.step_time:.4g} s")
+        except Exception as e:  # noqa: BLE001 - shown in the panel
+            self.error = e
+            self.status = f"<span style='color:#c00'>{html.escape(type(e).__name__)}: {html.escape(str(e))}</span>"
+            self.out.append_stderr(traceback.format_exc())
+        finally:
+            self.running = False
+
+    def _on_event(self, ev: Any) -> None:
+        self.events.append(ev)
+        err = _get(ev, "error")
+        if err:
+            self.error = err
+            self.status = f"<span style='color:#c00'>worker error: {html.escape(str(err))}</span>"
+            return
+        step = _get(ev, "step")
+        if step is None:
+            return
+        loss, st = _get(ev, "loss"), _get(ev, "step_time")
+        with self.loss_fig.batch_update():
+            if loss is not None:
+                tr = self.loss_fig.data[0]
+                tr.x, tr.y = tuple(tr.x or ()) + (step,), tuple(tr.y or ()) + (float(loss),)
+            if st is not None:
+                tr = self.loss_fig.data[1]
+                tr.x, tr.y = tuple(tr.x or ()) + (step,), tuple(tr.y or ()) + (float(st),)
+        self.step = int(step)
+        if loss is not None:
+            self.loss = float(loss)
+        if st is not None:
+            self.step_time = float(st)
+        tl = _get(ev, "timeline")
+        if tl is not None:
+            self._draw_measured(tl, step)
+        self.status = f"step {self.step}: loss {self.loss:.4g}, step time {self.step_time:.4g} s"
+
+    def _draw_measured(self, tl, step) -> None:
+        from ..gantt import gantt_figure
+        from ..timeline import compute_metrics
+        tl = tl.shifted() if len(tl.start) else tl
+        self.measured = tl
+        m = compute_metrics(tl)
+        pred = self.predicted.metrics.makespan
+        # a speedup against the prediction only means something in the same unit (a profiled
+        # problem, in ms); the uniform reference costs have no unit
+        base = ("predicted", pred) if self.problem is not None else None
+        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured (ms), step {step}")
+        span = max(pred, m.makespan)
+        with self.meas_fig.batch_update():
+            self.meas_fig.data = []
+            self.meas_fig.add_traces(list(fig.data))
+            self.meas_fig.layout.update(fig.layout.to_plotly_json())
+            self.meas_fig.layout.xaxis.range = [0, span]
+        self.pred_fig.layout.xaxis.range = [0, span]
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _on_state(self, change) -> None:
+        self.btn_start.disabled = self.running
+        self.btn_stop.disabled = not self.running
+        self.w_status.value = f"<div style='font:12px monospace'>{self.status}</div>"
+
+    def _guard(self, fn):
+        def run(*a, **k):
+            try:
+                return fn(*a, **k)
+            except Exception as e:  # noqa: BLE001 - callback errors go to the Output
+                self.status = f"<span style='color:#c00'>{html.escape(type(e).__name__)}: {html.escape(str(e))}</span>"
+                self.out.append_stderr(traceback.format_exc() if not isinstance(e, ValueError) else f"{e}\n")
+        return run
+
+    def __repr__(self) -> str:
+        return (f"LaunchPanel({'running' if self.running else 'idle'}, step {self.step}, "
+                f"loss {self.loss:.4g}, predicted makespan {self.predicted.makespan:.4g})")
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kw):
+        data = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kw)
+        data = dict(data[0] if isinstance(data, tuple) else data or {})
+        data["text/plain"] = repr(self)
+        return data
