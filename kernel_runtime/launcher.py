@@ -243,32 +243,43 @@ class RunHandle:
             if self._stopping:
                 return
             if errors and time.monotonic() - first_error_at > 0.3:
-                self._fail(_root_cause(errors))
+                self._fail(self._diagnose(errors))
                 return
-            if len(self._finished) == self.world and all(not p.is_alive() or p.exitcode is not None
-                                                         for p in self._procs):
-                return
-            for rank, p in enumerate(self._procs):
-                if p.exitcode is not None and p.exitcode != 0 and not errors and rank not in self._finished:
-                    # exited without reporting: killed (signal) or os._exit; drain reports first
-                    time.sleep(0.1)
-                    if not self._q.empty():
-                        break
-                    action, step = self._progress_of(rank)
-                    how = (f"was killed by signal {-p.exitcode}" if p.exitcode < 0
-                           else f"exited with code {p.exitcode}")
-                    where = f" during action {action} of step {step}" if action else ""
-                    kind = "oom" if p.exitcode == -9 else "killed"
-                    hint = " (SIGKILL: killed, or the kernel's OOM killer)" if p.exitcode == -9 else ""
-                    self._fail(WorkerError(rank, f"rank {rank} {how}{where}{hint}", action, step, "", kind))
-                    return
             if len(self._finished) == self.world and all(p.exitcode is not None for p in self._procs):
                 return
-            if all(p.exitcode is not None for p in self._procs) and self._q.empty():
-                if len(self._finished) < self.world and not errors:
-                    missing = sorted(set(range(self.world)) - self._finished)
-                    self._fail(WorkerError(missing[0], f"ranks {missing} exited without finishing"))
+            silent = [r for r, p in enumerate(self._procs)
+                      if p.exitcode not in (None, 0) and r not in self._finished]
+            if silent and not errors:
+                time.sleep(0.1)                  # let a last report arrive before judging
+                if not self._q.empty():
+                    continue
+                self._fail(self._diagnose(errors))
                 return
+            if all(p.exitcode is not None for p in self._procs) and self._q.empty():
+                if errors or len(self._finished) < self.world:
+                    self._fail(self._diagnose(errors))
+                return
+
+    def _diagnose(self, errors: list[dict]) -> WorkerError:
+        """The failure that started it: a worker's own exception, else a worker that died without
+        reporting (signal), else the earliest communication error."""
+        reported = {m["rank"] for m in errors}
+        if any(not m["comm"] for m in errors):
+            return _root_cause(errors)
+        for rank, p in enumerate(self._procs):
+            p.join(timeout=0.05)
+            if p.exitcode not in (None, 0) and rank not in reported and rank not in self._finished:
+                action, step = self._progress_of(rank)
+                how = (f"was killed by signal {-p.exitcode}" if p.exitcode < 0
+                       else f"exited with code {p.exitcode}")
+                where = f" during action {action} of step {step}" if action else ""
+                hint = " (SIGKILL: killed, or the kernel's OOM killer)" if p.exitcode == -9 else ""
+                return WorkerError(rank, f"rank {rank} {how}{where}{hint}", action, step, "",
+                                   "killed" if p.exitcode < 0 else "exit")
+        if errors:
+            return _root_cause(errors)
+        missing = sorted(set(range(self.world)) - self._finished)
+        return WorkerError(missing[0] if missing else -1, f"ranks {missing} exited without finishing")
 
     def _on_step(self, msg: dict) -> None:
         key = (msg["task"], msg["step"])
@@ -352,13 +363,16 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
     dev, backend = _devices(devices, world)
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")
-    from .worker import Job, Task
+    from .worker import Job, Task, kind_fields
+    from flexpipe_ui.kinds import get_kind
+    user_kinds = sorted({k for p in plans for k in p.schedule.kinds_used()} - {"F", "I", "W", "B"})
     if threads is None and dev == "cpu":
         threads = max(1, (os.cpu_count() or 1) // world)
     job = Job(tasks=[Task(plan_to_dict(p), steps, capture_grads) for p in plans], world=world,
               model=model, loss_fn=loss_fn, data=data, timed=timed, device=dev, backend=backend,
               dtype=dtype, lr=lr, optimizer=optimizer, seed=seed, timeout=timeout, threads=threads,
-              master_port=_free_port(), fault=_fault or {})
+              master_port=_free_port(), fault=_fault or {},
+              kinds=[kind_fields(get_kind(k)) for k in user_kinds])
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     progress = ctx.Array("i", [-1] * (3 * world), lock=False)

@@ -51,6 +51,22 @@ class Job:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     fault: dict = field(default_factory=dict)   # test hook: {"rank": r, "action": "1F2", "kind": ...}
+    kinds: list = field(default_factory=list)   # user kinds of the plans, as picklable fields
+
+
+def kind_fields(kind) -> dict:
+    """The picklable part of a user kind (its cost function stays behind: workers do not simulate)."""
+    return {"name": kind.name, "role": kind.role, "after": kind.after, "before": kind.before,
+            "mem_start": kind.mem_start, "mem_end": kind.mem_end, "adjust": dict(kind.adjust),
+            "stream": kind.stream, "description": kind.description}
+
+
+def _register_kinds(fields: list) -> None:
+    from flexpipe_ui.kinds import Kind, kinds, register_kind
+    have = kinds()
+    for f in fields:
+        if f["name"] not in have:
+            register_kind(Kind(cost=lambda c: 0.0, **f))
 
 
 def _dtype(name: str):
@@ -182,6 +198,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
         kw = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(job.backend, rank=rank, world_size=job.world,
                                 timeout=timedelta(seconds=max(job.timeout, 30.0)), **kw)
+    _register_kinds(job.kinds)
     groups = ChannelGroups(job.backend)
     timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
     plans = [plan_from_dict(t.plan) for t in job.tasks]
