@@ -1,0 +1,125 @@
+"""The CLI (`flexpipe train ... --check-reference`), recompute (a user kind) against the reference,
+the profiler, and calibration from a measured timeline."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plans import one_f_one_b  # noqa: E402
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(120)
+def test_cli_train_check_reference():
+    out = subprocess.run([sys.executable, "-m", "flexpipe_ui.cli", "train", "--model", "demo-gpt",
+                          "--schedule", "gpipe", "--ranks", "2", "--microbatches", "4", "--steps", "2",
+                          "--dim", "16", "--seq", "8", "--batch-size", "8", "--check-reference"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert sum(l.startswith("step ") for l in lines) == 2
+    assert lines[-1].startswith("max_grad_diff=")
+    assert float(lines[-1].split("=")[1]) <= 1e-10
+
+
+def test_cli_refuses_bad_input():
+    out = subprocess.run([sys.executable, "-m", "flexpipe_ui.cli", "train", "--schedule", "nope",
+                          "--ranks", "2"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown schedule 'nope'" in out.stderr
+
+
+def _recompute_kind():
+    from flexpipe_ui.kinds import get_kind, kinds
+    try:
+        import flexpipe_ui.ops  # noqa: F401 - registers R when the DSL's ops have landed
+    except ImportError:
+        pass
+    if "R" not in kinds():
+        from flexpipe_ui.kinds import Dep, Kind, register_kind
+        register_kind(Kind("R", "other", lambda c: c.f, after=(Dep(frozenset({"F"}), 0),),
+                           before=frozenset({"I", "B"}), mem_start=1.0, adjust={"F": (0.0, -1.0)},
+                           description="recompute the forward before the backward"))
+    return get_kind("R")
+
+
+@pytest.mark.timeout(120)
+def test_recompute_matches_reference():
+    from flexpipe_ui.ir import Plan, Schedule
+    from flexpipe_ui.problem import even_partition
+    from flexpipe_ui.validate import validate
+
+    from kernel_runtime.data import reference_run
+    from kernel_runtime.launcher import launch
+    from kernel_runtime.models import demo_gpt
+    _recompute_kind()
+    base = one_f_one_b(2, 4)
+    rows = []
+    for row in base.order:   # recompute every other microbatch right before its backward
+        out = []
+        for a in row:
+            if a.kind.name == "B" and a.microbatch % 2 == 0:
+                out.append(f"{a.stage}R{a.microbatch}")
+            out.append(str(a))
+        rows.append(out)
+    sched = validate(Schedule.from_rows(rows, 4, (0, 1)))
+    spec = demo_gpt(vocab=32, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
+    h = launch(Plan(sched, even_partition(4, 2)), model=spec, steps=2, dtype="float64",
+               capture_grads=True, seed=1, lr=0.1)
+    h.wait(100)
+    ref = reference_run(spec, steps=2, seed=1, lr=0.1, dtype=torch.float64)
+    for ev in h.step_events:
+        assert ev.loss == pytest.approx(ref.losses[ev.step], abs=1e-10)
+        g = ref.grads[ev.step]
+        assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= 1e-10
+    assert any(a.kind.name == "R" for a in h.timelines[0].actions)
+
+
+def test_profile_writes_problem(tmp_path):
+    from flexpipe_ui.problem import Layer, Problem, load_problem
+
+    from kernel_runtime.models import demo_gpt, timed_model
+    from kernel_runtime.profiler import profile
+    spec = demo_gpt(vocab=32, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
+    path = tmp_path / "p.json"
+    prob = profile(spec, ranks=2, microbatches=4, repeats=2, path=path)
+    back = load_problem(path)
+    assert back.num_layers == spec.num_layers == 4 and back.ranks == 2 and back.microbatches == 4
+    assert all(l.f > 0 for l in back.layers) and back.layers[0].b == 0.0   # embedding: no input grad
+    assert all(l.b > 0 and l.w > 0 for l in back.layers[1:])
+    assert all(l.act > 0 and l.mem > 0 for l in back.layers)
+    # the sleeping model's prescribed durations are what the profiler measures
+    want = Problem(ranks=1, microbatches=1, layers=(Layer(f=8, b=4, w=2), Layer(f=6, b=6, w=3)))
+    got = profile(timed_model(want), repeats=2)
+    for lw, lg in zip(want.layers, got.layers):
+        for k in "fbw":
+            assert getattr(lw, k) <= getattr(lg, k) < getattr(lw, k) + 3.0, (k, lg)
+
+
+def test_calibrate_recovers_costs():
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.problem import Layer, Problem, even_partition
+    from flexpipe_ui.sim import simulate
+    from flexpipe_ui.timeline import Timeline
+
+    from kernel_runtime.profiler import calibrate
+    sys.path.insert(0, str(Path(__file__).parent))
+    from plans import zb_h1
+    truth = Problem(ranks=4, microbatches=8, comm=0.5,
+                    layers=tuple(Layer(f=2.0 + i % 3, b=2.0, w=1.0 + i % 2, act=1, mem=2) for i in range(8)))
+    plan = Plan(zb_h1(4, 8), even_partition(8, 4))
+    tl = simulate(plan, truth).timeline
+    measured = Timeline(tl.ranks, tl.actions, tl.rank, tl.start, tl.end, "measured", tl.schedule)
+    got = calibrate(measured, plan, truth)
+    assert got.comm == pytest.approx(0.5)
+    for s, lay in enumerate(plan.partition):
+        for k in "fbw":
+            assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
+                sum(getattr(truth.layers[i], k) for i in lay))
+    assert simulate(plan, got).makespan == pytest.approx(simulate(plan, truth).makespan)
