@@ -179,6 +179,9 @@ class Plan:
     schedule: Schedule
     partition: tuple[tuple[int, ...], ...] | None = None
     meta: Mapping = field(default_factory=dict)
+    trace: tuple = field(default=(), compare=False)
+    """How the plan was made: a source step (named schedule, DSL program, hand text, loaded file)
+    then edit steps (``flexpipe_ui.edits``); replayable, prints as Python (``to_python``)."""
 
     def __post_init__(self) -> None:
         if self.partition is not None:
@@ -205,3 +208,13 @@ class Plan:
 
     def with_meta(self, **meta) -> "Plan":
         return replace(self, meta={**self.meta, **meta})
+
+    def edit(self, step) -> "Plan":
+        """Apply one edit step (``flexpipe_ui.edits.Move``/``Swap``/...) and record it in the trace."""
+        from .edits import edit_plan
+        return edit_plan(self, step)
+
+    def to_python(self) -> str:
+        """Python source that, exec'd, binds ``plan`` to a plan equal to this one (source + edits)."""
+        from .edits import plan_to_python
+        return plan_to_python(self)

@@ -18,7 +18,7 @@ from .placement import Placement, as_placement, looped
 from .rules import Rules, RulesError
 from .scheduler import list_schedule
 
-__all__ = ["Program"]
+__all__ = ["Program", "program_from_source", "resolve_partition"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +113,77 @@ class Program:
         """The ``Schedule`` this program generates (uniform costs if ``costs`` is None)."""
         place, rank_rules, limits, costs = self.resolve(ranks, microbatches, costs)
         return list_schedule(place, ranks, microbatches, costs, rank_rules, self.extra, limits)
+
+    def plan(self, *, ranks: int | None = None, microbatches: int | None = None, problem=None,
+             partition="even"):
+        """A ``Plan``: the schedule for the problem's (or the given) shape, on an ``"even"``,
+        ``"balanced"`` or explicit layer partition; its trace replays it (``plan.to_python()``)."""
+        from ..edits import FromProgram
+        from ..ir import Plan
+        ranks, microbatches = _shape(problem, ranks, microbatches)
+        place = self.placement(ranks)
+        part = resolve_partition(problem, place, partition)
+        costs = problem.stage_costs(part) if problem is not None else None
+        sched = self.schedule(ranks=ranks, microbatches=microbatches, costs=costs)
+        src = self.source()
+        meta = {"name": "dsl", "program": src}
+        if problem is not None and not isinstance(partition, str):
+            partition = tuple(tuple(int(x) for x in p) for p in partition)
+        return Plan(sched, part, meta, (FromProgram(src, ranks, microbatches, problem, partition),))
+
+
+def _shape(problem, ranks, microbatches) -> tuple[int, int]:
+    if ranks is None:
+        if problem is None:
+            raise RulesError("give ranks= (or a problem)")
+        ranks = problem.ranks
+    if microbatches is None:
+        if problem is None:
+            raise RulesError("give microbatches= (or a problem)")
+        microbatches = problem.microbatches
+    return ranks, microbatches
+
+
+def resolve_partition(problem, placement, partition="even"):
+    """Layer partition for a placement: None without a problem; ``"even"`` (by layer count, earlier
+    stages take the extra), ``"balanced"`` (``flexpipe_ui.partition.balanced_partition``) or an
+    explicit tuple of per-stage layer tuples."""
+    from ..problem import even_partition
+    S = len(placement)
+    if problem is None:
+        if partition not in ("even", None):
+            raise RulesError(f"partition {partition!r} needs a problem (layer costs); without one the "
+                             "plan has no partition")
+        return None
+    if partition in ("even", None):
+        return even_partition(problem.num_layers, S)
+    if partition == "balanced":
+        try:
+            from ..partition import balanced_partition
+        except ImportError as e:
+            raise RulesError(f"partition='balanced' needs flexpipe_ui.partition.balanced_partition, "
+                             f"which is not available ({e}); use partition='even'") from None
+        return balanced_partition(problem, S, placement=tuple(placement))
+    if isinstance(partition, str):
+        raise RulesError(f"partition must be 'even', 'balanced' or a tuple of layer tuples, got {partition!r}")
+    part = tuple(tuple(int(x) for x in p) for p in partition)
+    if len(part) != S:
+        raise RulesError(f"the partition has {len(part)} stages but the placement has {S}")
+    return part
+
+
+def program_from_source(text: str) -> "Program":
+    """Evaluate a program's DSL source (``Program(placement=..., rules=Rules(...))``)."""
+    from . import placement as pl
+    env = {"__builtins__": {}, "Program": Program, "Rules": Rules, "looped": pl.looped,
+           "vshape": pl.vshape, "wave": pl.wave, "explicit": pl.explicit}
+    try:
+        prog = eval(compile(text, "<program>", "eval"), env)  # noqa: S307 - names restricted to the DSL
+    except Exception as e:
+        raise RulesError(f"cannot evaluate DSL program {text!r}: {type(e).__name__}: {e}") from None
+    if not isinstance(prog, Program):
+        raise RulesError(f"DSL source {text!r} does not describe a Program")
+    return prog
 
 
 def _one_microbatch(place, r, costs, rr, extra) -> float:
