@@ -71,3 +71,11 @@ def test_bad_input_exits_2_without_traceback(files):
     assert r.returncode == 2 and "missing.json" in r.stderr
     r = run("simulate")
     assert r.returncode == 2
+
+
+def test_show_html_writes_offline_gantt(files, capsys):
+    tmp, plan, prob = files
+    out = tmp / "g.html"
+    assert main(["show", str(plan), "--problem", str(prob), "--html", str(out)]) == 0
+    html = out.read_text()
+    assert "plotly" in html.lower() and "cdn.plot.ly" not in html and "makespan" in html
