@@ -208,20 +208,35 @@ def demo_gpt_problem(spec: ModelSpec | None = None, *, ranks: int = 4, microbatc
 
 
 # -- the timed model ---------------------------------------------------------------------------------
+class _Waiter:
+    """Sleeps that end on time: learns this process's wake-up lateness (which grows when the cores
+    are oversubscribed) and sleeps that much less, so a layer takes its prescribed duration."""
+
+    late = 0.0      # seconds, running estimate
+
+    @classmethod
+    def wait(cls, ms: float) -> None:
+        if ms <= 0:
+            return
+        d = ms / 1000.0
+        target = time.perf_counter() + d
+        time.sleep(max(0.0, d - cls.late))
+        err = time.perf_counter() - target
+        cls.late = min(max(0.0, cls.late + 0.3 * err), d / 2)
+
+
 class _SleepFB(torch.autograd.Function):
     """Identity whose forward sleeps f ms and whose backward (the input gradient) sleeps b ms."""
 
     @staticmethod
     def forward(ctx, x, f, b):
         ctx.b = b
-        if f > 0:
-            time.sleep(f / 1000)
+        _Waiter.wait(f)
         return x.clone()
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.b > 0:
-            time.sleep(ctx.b / 1000)
+        _Waiter.wait(ctx.b)
         return g, None, None
 
 
@@ -236,8 +251,7 @@ class _SleepW(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.w > 0:
-            time.sleep(ctx.w / 1000)
+        _Waiter.wait(ctx.w)
         return g.sum().expand(ctx.shape) * 0 + 1e-3, None, None
 
 
