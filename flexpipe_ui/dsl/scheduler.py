@@ -114,13 +114,17 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
                 ms[h] += ds
                 me[h] += de
     net = [act[G.stage[g]] * (ms[g] + me[g]) for g in range(n)]
-    peak_f = [0.0] * S
+    # a forward holds ``peak_f`` after it ends (0 when recomputed) and ``trans_f`` while it runs
+    peak_f, trans_f = [0.0] * S, [0.0] * S
     for g in range(n):
         if G.kind[g].is_forward:
-            peak_f[G.stage[g]] = act[G.stage[g]] * max(ms[g], ms[g] + me[g], 0.0)
+            peak_f[G.stage[g]] = act[G.stage[g]] * max(ms[g] + me[g], 0.0)
+            trans_f[G.stage[g]] = act[G.stage[g]] * max(ms[g], ms[g] + me[g], 0.0)
     static = [float(sum(costs.mem[s] for s in local[r])) for r in range(ranks)]
     caps = [rank_rules[r].memory_cap for r in range(ranks)]
-    need = [sum(peak_f[s] for s in local[r]) for r in range(ranks)]
+    need = [sum(peak_f[s] for s in local[r]) + max([trans_f[s] - peak_f[s] for s in local[r]] + [0.0])
+            for r in range(ranks)]
+    hold = [sum(peak_f[s] for s in local[r]) for r in range(ranks)]
 
     # per-group scheduling attributes
     entry_stage = [min(x) if x else -1 for x in local]
@@ -129,6 +133,17 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     releases = [G.kind[g].computes_weight_grad for g in range(n)]
     releases_wu = [G.kind[g].computes_input_grad for g in range(n)]
     is_bwd = [G.kind[g].is_backward for g in range(n)]
+    # just-in-time kinds (R, reload): a kind that must precede another on the same stage runs only
+    # once that other action waits for nothing else, so a recompute lands right before its backward
+    jit_targets: list[list[int]] = [[] for _ in range(n)]
+    jit_feeders: list[list[int]] = [[] for _ in range(n)]
+    for g in range(n):
+        for name in G.kind[g].before:
+            t = at.get((G.stage[g], name))
+            if t is not None:
+                jit_targets[g].append(t)
+                jit_feeders[t].append(g)
+                is_bwd[g] = True  # belongs to the backward phase (forwards_first holds it back)
     eager_w = {}
     keybase, kmul = [0] * n, [1] * n
     fill = [False] * n
@@ -170,6 +185,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
 
     # state
     unmet = [len(G.deps[g]) for g in range(n) for _ in range(M)]
+    jit_left = [len(jit_feeders[g]) for g in range(n) for _ in range(M)]
     ready = [0.0] * (n * M)
     head = [0] * n
     free = [0.0] * G.n_lanes
@@ -214,6 +230,17 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             if unmet[i] or not admissible(g):
                 continue
             t = ready[i]
+            if jit_targets[g]:
+                blocked = False
+                for tg in jit_targets[g]:
+                    j = tg * M + m
+                    if unmet[j] > jit_left[j]:
+                        blocked = True
+                        break
+                    if ready[j] > t:
+                        t = ready[j]
+                if blocked:
+                    continue
             if t < T0:
                 t = T0
             cand.append((t, keybase[g] + m * kmul[g], g))
@@ -274,7 +301,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             if is_entry[g]:
                 inflight[r] += v_of[r]
                 warm[r] += v_of[r]
-                reserved[r] += need[r] - peak_f[G.stage[g]]
+                reserved[r] += hold[r] - peak_f[G.stage[g]]
             else:
                 reserved[r] -= peak_f[G.stage[g]]
         if releases[g]:
@@ -296,6 +323,9 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         w = eager_w.get(g)
         if w is not None:
             forced[L] = w
+        if jit_targets[g]:
+            for tg in jit_targets[g]:
+                jit_left[tg * M + m] -= 1
         for h, wt in G.users[g]:
             j = h * M + m
             tt = end + wt
@@ -304,6 +334,9 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             unmet[j] -= 1
             if not unmet[j]:
                 dirty.add(G.lane[h])
+            elif jit_feeders[h] and unmet[j] == jit_left[j]:
+                for f in jit_feeders[h]:
+                    dirty.add(G.lane[f])
         for x in dirty:
             push(x)
     if done < total:

@@ -1,0 +1,59 @@
+"""Two example new operations, each a registered kind of a few lines: recompute and offload/reload.
+
+A kind states its dependencies (``after``/``before``), its cost and its memory effect; the
+validator, the simulator, the DSL's list scheduler and the Gantt read the same spec, so nothing
+else changes. Kinds with ``before`` run just in time: the scheduler starts them only when the
+action they precede waits for nothing else. Nothing is registered on import: call
+``register_recompute()`` / ``register_offload()`` (re-running either replaces the kind).
+
+- ``R`` recompute: F keeps no activation (``adjust`` makes F free it at its end); ``R`` re-runs the
+  forward (cost F) right before the stage's backward and holds the activation until W/B frees it.
+- ``OFF`` offload / ``LOAD`` reload, on a copy stream (no compute time): ``OFF`` moves the
+  activation to the host after F and frees it at its end; ``LOAD`` brings it back when the
+  downstream backward is done (the gradient is on its way), and the backward waits for it: the
+  transfer cost is ``seconds_per_unit`` × the stage's activation size.
+"""
+from __future__ import annotations
+
+from .kinds import Dep, Kind, register_kind
+
+__all__ = ["register_recompute", "register_offload", "register_all", "RECOMPUTE", "OFFLOAD", "RELOAD"]
+
+RECOMPUTE, OFFLOAD, RELOAD = "R", "OFF", "LOAD"
+
+
+def register_recompute() -> Kind:
+    """Register ``R``: use it with ``Program(..., extra={"R": "all"})`` or per stage."""
+    return register_kind(Kind(
+        "R", "other", lambda c: c.f,                      # costs one more forward
+        after=(Dep(frozenset({"F"}), 0),),                # after its forward...
+        before=frozenset({"I", "B"}),                     # ...and before its backward
+        mem_start=1.0,                                    # re-creates the activation (W/B frees it)
+        adjust={"F": (0.0, -1.0)},                        # F frees its activation at its end
+        color="#ff7f0e", description="recompute the forward before the backward"))
+
+
+def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple[Kind, Kind]:
+    """Register ``OFF``/``LOAD``: transfers take ``seconds_per_unit`` per unit of activation;
+    ``LOAD`` starts once the backward of stage s + ``prefetch`` is done (1: when the gradient
+    arrives, so the backward waits for the copy; 2: one stage earlier, hiding short copies)."""
+    if not seconds_per_unit >= 0:
+        raise ValueError(f"seconds_per_unit must be >= 0, got {seconds_per_unit!r}")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        raise ValueError(f"prefetch must be an integer >= 1 (stages ahead), got {prefetch!r}")
+    off = register_kind(Kind(
+        "OFF", "other", lambda c: seconds_per_unit * c.act, stream="copy",
+        after=(Dep(frozenset({"F"}), 0),), mem_end=-1.0,  # frees device memory when the copy ends
+        color="#8c564b", description="offload the activation to host memory"))
+    load = register_kind(Kind(
+        "LOAD", "other", lambda c: seconds_per_unit * c.act, stream="copy",
+        after=(Dep(frozenset({"OFF"}), 0), Dep(frozenset({"I", "B"}), prefetch)),
+        before=frozenset({"I", "B"}),                     # the backward waits for the copy
+        mem_start=1.0,                                    # back on the device from its start
+        color="#e377c2", description="reload the offloaded activation before the backward"))
+    return off, load
+
+
+def register_all() -> None:
+    register_recompute()
+    register_offload()
