@@ -185,15 +185,18 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         fig.add_trace(tr, row=1, col=1)
 
     if with_mem:
-        peak = max((float(v.max()) for _, v in curves), default=0.0)
-        top = max(peak, memory_limit or 0.0) * 1.1 or 1.0
+        # from just under the lowest value (static memory often dominates) to above peak and cap
+        peak = max(max((float(v.max()) for _, v in curves), default=0.0), memory_limit or 0.0)
+        low = min(min((float(v.min()) for _, v in curves), default=0.0), memory_limit or np.inf)
+        span = max(peak - low, 1e-9)
+        bottom, top = max(0.0, low - 0.15 * span), peak + 0.1 * span
         for r, (times, vals) in enumerate(curves):
             x, y = _step_xy(times, vals, tl.makespan)
             over = memory_limit is not None and float(vals.max()) > memory_limit + 1e-9
             fig.add_trace(go.Scatter(
                 x=x, y=y, mode="lines", line=dict(shape="hv", width=1.2,
                                                   color="#d62728" if over else "#444"),
-                fill="tozeroy", fillcolor="rgba(255,127,14,0.15)", name=f"memory rank {r}",
+                name=f"memory rank {r}",
                 showlegend=False, hovertemplate=f"rank {r}" + " t=%{x:.4g}: memory %{y:.4g}<extra></extra>"),
                 row=2 + r, col=1)
             if memory_limit is not None:
@@ -202,7 +205,7 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                     line=dict(color="#d62728", dash="dash", width=1), showlegend=(r == 0),
                     name=f"memory cap {memory_limit:.4g}", legendgroup="cap",
                     hovertemplate=f"cap {memory_limit:.4g}<extra></extra>"), row=2 + r, col=1)
-            fig.update_yaxes(range=[0, top], nticks=3, title_text=f"r{r}", title_standoff=2,
+            fig.update_yaxes(range=[bottom, top], nticks=3, title_text=f"r{r}", title_standoff=2,
                              title_font_size=9, tickfont_size=8, row=2 + r, col=1)
         fig.update_xaxes(title_text="time", row=rows, col=1)
     else:

@@ -176,8 +176,11 @@ class Designer(traitlets.HasTraits):
         n = len(self.plan.schedule.order[r])
         if not 0 <= index < n:
             raise IndexError(f"rank {r} has {n} actions; cannot move {action} to position {index}")
-        E = _edits.edits_module()
         self.selected = str(action)
+        if index == i:
+            self._set_message(f"{action} is already at position {i} on rank {r}: nothing to do")
+            return self.plan
+        E = _edits.edits_module()
         return self.apply(E.Move(r, i, index))
 
     def nudge(self, delta: int) -> Plan | None:

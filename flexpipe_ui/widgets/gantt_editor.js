@@ -102,12 +102,16 @@ function render({ model, el }) {
     if (memH) {
       const mg = mk("g", { class: "fp-mem" }, svg);
       const lim = d.memory_limit;
-      let peak = lim || 0;
-      for (const c of d.memory) for (const v of c.v) peak = Math.max(peak, v);
-      peak = peak * 1.1 || 1;
+      // scale from just under the lowest value (static memory often dominates) to the top
+      let peak = lim || 0, low = Infinity;
+      for (const c of d.memory) for (const v of c.v) { peak = Math.max(peak, v); low = Math.min(low, v); }
+      if (lim != null) low = Math.min(low, lim);
+      const span = Math.max(peak - low, 1e-9);
+      low = Math.max(0, low - 0.15 * span);
+      peak = peak + 0.1 * span;
       for (let r = 0; r < R; r++) {
         const y0 = memTop + r * memH, y1 = y0 + memH - 4;
-        const sy = (v) => y1 - ((y1 - y0) * v) / peak;
+        const sy = (v) => y1 - ((y1 - y0) * (v - low)) / (peak - low);
         mk("rect", { x: left, y: y0, width: plotW, height: memH - 4, fill: "#fff", stroke: "#eee" }, mg);
         const c = d.memory[r];
         let pts = "";
