@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from flexpipe_ui.ir import Plan  # noqa: E402
 from flexpipe_ui.presets import Transformer, gpt, preset  # noqa: E402
 from flexpipe_ui.problem import even_partition  # noqa: E402
-from flexpipe_ui.search import auto_search, ideal_makespan  # noqa: E402
+from flexpipe_ui.search import auto_search, ideal_makespan, packing_makespan  # noqa: E402
 from flexpipe_ui.sim import simulate  # noqa: E402
 
 TORCH = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zb-v", "dualpipe-v")
@@ -98,6 +98,7 @@ def main() -> int:
         torch_res = torch_makespans(problem)
         meg = megatron_1f1b(problem)
         lb = ideal_makespan(problem)
+        pk = packing_makespan(problem)
         fitting = [v[1] for v in torch_res.values() if v[0] == "ok"]
         best_builtin = min(fitting) if fitting else math.inf
         any_builtin = min((v[1] for v in torch_res.values() if math.isfinite(v[1])), default=math.inf)
@@ -110,17 +111,24 @@ def main() -> int:
         print(f"   auto      {res.makespan:10.1f} ms  peak {peak:9.0f} MiB  search {dt:6.2f} s "
               f"({res.stats['evaluated']} simulated, {res.stats['pruned']} pruned)  {res.candidates[0][2]}")
         print("   torch     " + "  ".join(f"{SHORT[n]}={_cell(v)}" for n, v in torch_res.items()))
-        print(f"   megatron 1f1b (library, even) {_cell(meg)}   lower bound {lb:.1f}")
+        print(f"   megatron 1f1b (library, even) {_cell(meg)}   lower bound {lb:.1f} "
+              f"(indivisible layers: {pk:.1f})")
         sp_b = best_builtin / res.makespan
         sp_m = meg[1] / res.makespan if meg[0] == "ok" else math.nan
         print(f"   speed-up vs best fitting built-in {sp_b:.3f}x (vs best built-in ignoring memory "
               f"{any_builtin / res.makespan:.3f}x), vs Megatron 1F1B {sp_m:.3f}x; "
-              f"auto / lower bound {res.makespan / lb:.3f}")
-        rows.append((title, shape, res.makespan, best_builtin, meg[1], lb, dt, sp_b, peak))
-    print("\n| scenario | shape | auto | best fitting torch built-in | Megatron 1F1B | lower bound | auto/LB | speed-up | search s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for title, shape, a, b, m, lb, dt, sp_b, _ in rows:
-        print(f"| {title} | {shape} | {a:.0f} | {b:.0f} | {m:.0f} | {lb:.0f} | {a / lb:.3f} | {sp_b:.2f}x | {dt:.2f} |")
+              f"auto / lower bound {res.makespan / lb:.3f} (/ packing bound {res.makespan / pk:.3f})")
+        rows.append((title, shape, res.makespan, best_builtin, meg, lb, dt, sp_b, peak, pk))
+    print("\n| scenario | shape | auto | best fitting torch built-in | Megatron 1F1B | Σwork/ranks | packing bound "
+          "| auto/Σ | auto/packing | speed-up vs built-in | vs 1F1B | search s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for title, shape, a, b, m, lb, dt, sp_b, _, pk in rows:
+        b_txt = f"{b:.0f}" if math.isfinite(b) else "all OOM"
+        m_txt = f"{m[1]:.0f}" + ("" if m[0] == "ok" else f" ({m[0]})")
+        vs_m = f"{m[1] / a:.2f}x" if m[0] == "ok" else "-"
+        vs_b = f"{sp_b:.2f}x" if math.isfinite(b) else "-"
+        print(f"| {title} | {shape} | {a:.0f} | {b_txt} | {m_txt} | {lb:.0f} | {pk:.0f} | {a / lb:.3f} | "
+              f"{a / pk:.3f} | {vs_b} | {vs_m} | {dt:.2f} |")
     big = [r for r in rows if r[1].startswith("16x64")]
     if big:
         print(f"search_s_16x64={big[0][6]:.2f}")

@@ -180,14 +180,18 @@ def _split_score(problem: Problem, part, placement, infl, limit):
             round(float((st * st).sum()), 9)), rl
 
 
-def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, limit, rounds: int = 24):
+def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, limit, rounds: int = 16,
+                        patience: int = 4):
     """Several stages per rank: re-solve the stage DP with per-stage weights (a stage may take
     work in proportion to its weight) that shrink on overloaded ranks and grow on idle ones, so
     e.g. a V placement gives the rank holding a heavy LM head a light first stage."""
     place = np.asarray(placement)
     best, (best_score, rl) = part, _split_score(problem, part, placement, infl, limit)
     wts = np.ones(len(placement))
+    stale = 0
     for _ in range(rounds):
+        if stale >= patience:
+            break
         target = rl.mean()
         if target <= 0:
             break
@@ -198,7 +202,9 @@ def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, li
             break
         sc, rl = _split_score(problem, cand, placement, infl, limit)
         if sc < best_score:
-            best, best_score = cand, sc
+            best, best_score, stale = cand, sc, 0
+        else:
+            stale += 1
     return best
 
 

@@ -10,7 +10,8 @@ import pytest
 from flexpipe_ui.ir import Plan
 from flexpipe_ui.planfile import load_plan
 from flexpipe_ui.problem import Layer, Problem, save_problem
-from flexpipe_ui.search import NoFeasiblePlan, SearchCancelled, auto, auto_search, time_bounds
+from flexpipe_ui.search import (NoFeasiblePlan, SearchCancelled, auto, auto_search, packing_makespan,
+                                time_bounds)
 from flexpipe_ui.search import space as sp
 from flexpipe_ui.search.evaluate import stage_inflight
 from flexpipe_ui.sim import simulate
@@ -120,7 +121,6 @@ def test_progress_events_and_cancel():
 
     res = auto_search(problem, progress=stop_after_five, cancel=cancel)
     assert res.stats["stopped"] == "cancelled" and res.stats["evaluated"] == 5
-    res = auto_search(problem, should_stop=lambda: True) if False else None  # noqa: F841
     with pytest.raises(SearchCancelled):
         auto_search(problem, should_stop=lambda: True)
 
@@ -155,6 +155,7 @@ def test_bounds_are_lower_bounds_of_simulated_candidates():
             except ValueError:
                 continue
             assert res.makespan >= b.time * (1 - 1e-9), c.description
+            assert res.makespan >= packing_makespan(problem) * (1 - 1e-9), c.description
             assert res.metrics.max_peak_memory >= b.memory * (1 - 1e-9) - 1e-9, c.description
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..problem import Problem, StageCosts
 
-__all__ = ["Bounds", "time_bounds", "memory_floor", "ideal_makespan", "stage_costs_cached"]
+__all__ = ["Bounds", "time_bounds", "memory_floor", "ideal_makespan", "packing_makespan",
+           "stage_costs_cached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +83,21 @@ def ideal_makespan(problem: Problem) -> float:
     """Σ work / ranks: every rank busy all the time (the benchmark's reference)."""
     total = sum(l.f + l.b + l.w for l in problem.layers) * problem.microbatches
     return total / problem.ranks
+
+
+def packing_makespan(problem: Problem) -> float:
+    """A tighter plan-independent bound: layers are indivisible, so some rank carries at least
+    the busiest possible bin of layer work, times the microbatches.
+
+    Bin-packing pigeonhole: among the ``k·p + 1`` heaviest layers some rank holds ``k + 1``, so a
+    rank carries at least the sum of the ``k + 1`` lightest of them; also Σ work / p.
+    """
+    work = sorted((l.f + l.b + l.w for l in problem.layers), reverse=True)
+    p, L = problem.ranks, len(work)
+    best = sum(work) / p
+    k = 0
+    while k * p + 1 <= L:
+        top = work[:k * p + 1]
+        best = max(best, sum(top[-(k + 1):]))
+        k += 1
+    return best * problem.microbatches

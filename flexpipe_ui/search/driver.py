@@ -5,7 +5,7 @@ Phases (each candidate is pruned when its lower bound cannot beat the incumbent)
 1. **seeds** — every library schedule on an even and a balanced split (``space.seed_candidates``),
    so the result is never worse than the best of them;
 2. **explore** — two DSL rule sets on every structure (chunks × placement × partition), cheapest
-   bound first; **sweep** — the whole rule grid on the three best structures;
+   bound first; **sweep** — the whole rule grid on the two best structures;
 3. **repair** — candidates over the memory cap are re-split with the per-stage in-flight counts
    measured on their own simulation, and retried with in-flight / memory-cap rules and recompute;
 4. **refine** — hill-climb on the best few: move one stage boundary of the busiest rank by one
@@ -28,7 +28,7 @@ from ..ir import Plan
 from ..partition import PartitionError, balanced_partition, rank_loads
 from ..problem import Problem
 from ..sim import SimResult
-from .bounds import ideal_makespan
+from .bounds import ideal_makespan, packing_makespan
 from .candidates import Candidate, with_bounds
 from .evaluate import Scored, evaluate, stage_inflight
 
@@ -95,11 +95,11 @@ def default_budget(problem: Problem) -> tuple[int, int]:
     """(evaluations, simulated actions) allowed by default.
 
     Generation + simulation cost grows with the action count, so the budget is also a number of
-    actions: 300k per 256 rank-microbatches (~1.5 s at 8×32 and ~12 s at 16×64 on one core, see
+    actions: 200k per 256 rank-microbatches (~1.5 s at 8×32 and ~12 s at 16×64 on one core, see
     benchmarks/bench_auto.py). Both are counts, so the search stays deterministic.
     """
     size = problem.ranks * problem.microbatches
-    return 400, int(300_000 * max(size, 64) / 256)
+    return 400, int(200_000 * max(size, 64) / 256)
 
 
 class _Search:
@@ -162,7 +162,7 @@ class _Search:
         limit = self.problem.memory_limit
         if c.bounds.memory < self.min_memory[0]:
             self.min_memory = (c.bounds.memory, c.description)
-        if limit is not None and c.bounds.memory > limit * (1 + 1e-9) and not c.knobs.get("recompute"):
+        if limit is not None and c.bounds.memory > limit * (1 + 1e-9):
             self.pruned += 1
             return None
         if not force and c.bound >= self.incumbent * (1 - 1e-9):
@@ -328,17 +328,23 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
                 progress=progress, stop=stop, top=top)
     opts = dict(space or {})
     S.phase = "seeds"
-    # seeds are all evaluated (force): they define "never worse than the library"
-    S.run_list(sp.seed_candidates(problem), force=True)
+    # seeds first, cheapest bound first: a seed is skipped only when its lower bound already
+    # cannot beat the incumbent, so the result is never worse than the best seed
+    parts: dict = {}  # splits per placement, shared by seeds and programs
+    S.run_list(sp.seed_candidates(problem, parts))
     S.phase = "explore"
     chunks = tuple(opts.get("chunks", (1, 2, 3, 4)))
-    structs = sp.structures(problem, chunks) if sp.dsl_available() else []
+    structs = sp.structures(problem, chunks, parts) if sp.dsl_available() else []
     S.run_list(sp.program_candidates(problem, only=structs))
     S.phase = "sweep"
-    S.run_list(sp.program_candidates(problem, only=_best_structures(S, structs, 3),
+    S.run_list(sp.program_candidates(problem, only=_best_structures(S, structs, 2),
                                      rules=sp.all_rules))
     S.phase = "repair"
     S.repair(lambda c, s: sp.memory_variants(problem, c, s))
+    if problem.memory_limit is not None and sp.recompute_kind() is not None:
+        # memory may bind even when the capped list scheduler fits: try recompute on the best
+        # structures too (pruned by a bound that charges the re-run forwards)
+        S.run_list(sp.recompute_candidates(problem, _best_structures(S, structs, 2)))
     S.phase = "refine"
     S.refine()
     return _result(problem, S, top)
@@ -393,6 +399,7 @@ def _result(problem: Problem, S: _Search, top: int) -> SearchResult:
         meta = {"name": "auto", "candidate": s.description,
                 "search": {**stats, "rank": rank_i + 1, "makespan": s.makespan,
                            "peak_memory": s.peak, "lower_bound": lb,
+                           "packing_bound": packing_makespan(problem),
                            "best_seed": S.best_seed.description if S.best_seed else None,
                            "best_seed_makespan": S.best_seed.makespan if S.best_seed else None},
                 "knobs": {k: v for k, v in s.knobs.items() if k != "key"},

@@ -27,7 +27,8 @@ from .candidates import Candidate
 from .evaluate import Scored
 
 __all__ = ["seed_candidates", "program_candidates", "structures", "structure_rules", "all_rules",
-           "memory_variants", "chunk_options", "dsl_available", "library_available"]
+           "memory_variants", "recompute_candidates", "recompute_kind", "chunk_options",
+           "dsl_available", "library_available"]
 
 _LIB_CHUNKS = (None, 2, 3, 4)
 
@@ -52,7 +53,13 @@ def chunk_options(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4)) -> lis
     return [v for v in chunks if problem.ranks * v <= problem.num_layers]
 
 
-def _partitions(problem: Problem, placement: tuple[int, ...]) -> list[tuple[str, tuple]]:
+def _partitions(problem: Problem, placement: tuple[int, ...], cache: dict | None = None) -> list[tuple[str, tuple]]:
+    """(name, split) for a placement: even, balanced, balanced under the cap (memoised per search)."""
+    if cache is not None:
+        hit = cache.get(("partitions", placement))
+        if hit is None:
+            hit = cache[("partitions", placement)] = _partitions(problem, placement)
+        return hit
     S = len(placement)
     out = [("even", even_partition(problem.num_layers, S))]
     try:
@@ -73,7 +80,7 @@ def _partitions(problem: Problem, placement: tuple[int, ...]) -> list[tuple[str,
 
 
 # -- library seeds ------------------------------------------------------------------------------
-def seed_candidates(problem: Problem) -> list[Candidate]:
+def seed_candidates(problem: Problem, cache: dict | None = None) -> list[Candidate]:
     """Every library schedule × its chunk counts × {even, balanced} split."""
     if not library_available():
         return []
@@ -91,7 +98,7 @@ def seed_candidates(problem: Problem) -> list[Candidate]:
             if chunks is not None and any(c.knobs.get("lib") == name and
                                           c.placement == placement for c in out):
                 continue  # same shape as the default chunks
-            for pname, part in _partitions(problem, placement):
+            for pname, part in _partitions(problem, placement, cache):
                 def make(partition, name=name, chunks=chunks):
                     return build_named(name, problem, chunks=chunks, partition=partition)
                 v = len(placement) // problem.ranks
@@ -113,12 +120,13 @@ def _placements(problem: Problem, chunks: Iterable[int]):
             yield wave(v)
 
 
-def structures(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4)) -> list[tuple]:
+def structures(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4),
+               cache: dict | None = None) -> list[tuple]:
     """(placement object, stage→rank tuple, split name, partition) for every structure."""
     out = []
     for pl in _placements(problem, chunks):
         placement = tuple(pl(problem.ranks))
-        for pname, part in _partitions(problem, placement):
+        for pname, part in _partitions(problem, placement, cache):
             out.append((pl, placement, pname, part))
     return out
 
@@ -161,20 +169,38 @@ def all_rules(problem: Problem, pl) -> list:
     return out
 
 
-def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, tag: str = "") -> Candidate:
+def recompute_kind() -> str | None:
+    """Name of the recompute kind if ``flexpipe_ui.ops`` registers one (``R``), else None."""
+    try:
+        from .. import ops  # noqa: F401  (registers the example kinds)
+        from ..kinds import get_kind
+        get_kind("R")
+    except (ImportError, ValueError):
+        return None
+    return "R"
+
+
+def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, tag: str = "",
+                       extra: dict | None = None) -> Candidate:
     from ..dsl import Program
-    prog = Program(placement=pl, rules=rules)
-    src = f"Program(placement={pl!r}, rules={rules.source()})"
+    prog = Program(placement=pl, rules=rules, extra=extra or {})
+    src = prog.source()
 
     def make(partition, prog=prog, src=src):
         costs = problem.stage_costs(partition)
         sched = prog.schedule(ranks=problem.ranks, microbatches=problem.microbatches, costs=costs)
         return Plan(sched, partition, {"name": "dsl", "program": src})
 
+    recompute = bool(extra)
+    frac = 0.0
+    if recompute:
+        where = next(iter(extra.values()))
+        frac = 1.0 if where == "all" else len(where) / max(len(placement), 1)
     return Candidate(description=f"{src}{tag} ({pname} split)", family="dsl", placement=placement,
                      partition=part, make=make,
                      knobs={"program": src, "split": pname, "chunks": len(placement) // problem.ranks,
-                            "key": src + tag}, extra_work=0.0)
+                            "key": src + tag, "recompute": recompute},
+                     extra_work=1.0 if (recompute and frac == 1.0) else 0.0)
 
 
 def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4), rules=None,
@@ -203,11 +229,21 @@ def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate
     cap = problem.memory_limit
     out = []
     depth = one_f_one_b_depth(pl)
+    split = c.knobs.get("split", "?")
     for infl in (depth, f"max(v, ({depth})//2)", "v"):
         for backward, prio, wp in (("split", ("I", "F", "W"), "eager"), ("fused", ("B", "F"), "priority")):
             r = Rules(backward=backward, priority=prio, w_policy=wp, in_flight=infl, memory_cap=cap)
-            out.append(_program_candidate(problem, pl, c.placement, c.knobs.get("split", "?"), c.partition, r,
-                                          tag=" [memory]"))
+            out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r, tag=" [memory]"))
+    R = recompute_kind()
+    if R is not None:
+        # recompute the stages of the ranks that overflowed, then everywhere
+        over = [r for r, pk in enumerate(s.result.metrics.peak_memory) if cap is not None and pk > cap]
+        stages = tuple(st for st, r in enumerate(c.placement) if r in over)
+        for where in ([stages] if stages and len(stages) < len(c.placement) else []) + ["all"]:
+            for r in (Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap),
+                      Rules(backward="fused", priority=("B", "F"), in_flight=depth, memory_cap=cap)):
+                out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r,
+                                              tag=" [recompute]", extra={R: where}))
     return out
 
 
@@ -221,3 +257,16 @@ def _placement_object(placement: tuple[int, ...], ranks: int):
         return explicit(list(placement))
     except ValueError:
         return None
+
+
+def recompute_candidates(problem: Problem, structs: list) -> list[Candidate]:
+    """Full recomputation (``extra={"R": "all"}``) with the two structure rule sets."""
+    R = recompute_kind()
+    if R is None or not dsl_available():
+        return []
+    out = []
+    for pl, placement, pname, part in structs:
+        for r in structure_rules(problem, pl):
+            out.append(_program_candidate(problem, pl, placement, pname, part, r, tag=" [recompute]",
+                                          extra={R: "all"}))
+    return out
