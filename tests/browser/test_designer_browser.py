@@ -10,6 +10,7 @@ import json
 import time
 
 import pytest
+from labserver import drag_bar, open_and_run
 
 pytestmark = pytest.mark.browser
 
@@ -27,16 +28,8 @@ def _bar_box(page, name):
 def test_drag_in_jupyterlab(lab, page, browser_output):
     OUTPUT = browser_output
     autosave = lab["dir"] / AUTOSAVE
-    page.goto(f"{lab['url']}/lab/tree/{NOTEBOOK}?token={lab['token']}&reset")
-    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
-    page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
-    page.wait_for_function(
-        "() => { const k = document.querySelector('.jp-Notebook-ExecutionIndicator, .jp-Toolbar-kernelStatus');"
-        " return document.querySelector('.jp-NotebookPanel') !== null }")
-    time.sleep(2.0)  # let the kernel connect before running
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    open_and_run(page, lab, NOTEBOOK, f".fp-editor rect.fp-bar[data-name='{DRAGGED}']")
     editor_bar = page.locator(f".fp-editor rect.fp-bar[data-name='{DRAGGED}']").first
-    editor_bar.wait_for(state="attached", timeout=240_000)
     # wait until the autosave exists (the Designer cell ran) and the page drew the current data
     deadline = time.time() + 120
     while not autosave.exists():
@@ -50,15 +43,7 @@ def test_drag_in_jupyterlab(lab, page, browser_output):
     time.sleep(0.5)
     v0 = int(svg.get_attribute("data-version"))
     target = _bar_box(page, "0F0")
-    box = _bar_box(page, DRAGGED)
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    to_x = target["x"] + 2   # left part of 0F0: the drop center lands before it
-    page.mouse.move(x, y)
-    page.mouse.down()
-    for k in range(1, 11):
-        page.mouse.move(x + (to_x - x) * k / 10, y)
-        time.sleep(0.02)
-    page.mouse.up()
+    drag_bar(page, DRAGGED, target["x"] + 2)   # left part of 0F0: the drop center lands before it
     # browser side: the editor redrew with a newer version
     page.wait_for_function(f"Number(document.querySelector('.fp-editor svg.fp-svg').dataset.version) > {v0}",
                            timeout=30_000)
@@ -74,6 +59,8 @@ def test_drag_in_jupyterlab(lab, page, browser_output):
         time.sleep(0.3)
     assert after["steps"] and after["steps"][-1]["type"] == "Move"
     assert after["valid"] is True
+    # the kernel's verdict reached the page (status line under the chart)
+    page.get_by_text("step 1: Move(rank=0, src=1, dst=0)").first.wait_for(timeout=30_000)
     # the chart shows it: the dragged bar is now left of 0F0
     assert _bar_box(page, DRAGGED)["x"] < _bar_box(page, "0F0")["x"]
     shot = OUTPUT / "designer_drag.png"

@@ -1,0 +1,101 @@
+"""Start a throw-away JupyterLab for a real-browser check (used by the browser tests and
+``benchmarks/bench_ui.py``): free localhost port, its own token, fresh config/settings/workspace
+dirs (no old tabs reopen, no news pop-up), the repository on the kernel's PYTHONPATH."""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage"]
+
+
+def find_chromium() -> str | None:
+    """Debian's Chromium (or ``$BROWSER_PATH``); never a downloaded one."""
+    for cand in (os.environ.get("BROWSER_PATH"), shutil.which("chromium"), shutil.which("chromium-browser"),
+                 "/usr/bin/chromium"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_lab(nbdir: Path, base: Path, timeout: float = 90.0):
+    """Yield ``{"url", "token", "dir", "log"}`` of a JupyterLab serving ``nbdir``; stop it after."""
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ)
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
+               JUPYTER_CONFIG_DIR=str(base / "config"), JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(base / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"))
+    # no news/update pop-ups (the machine is offline; they would cover the page)
+    note = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--ServerApp.token={token}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={nbdir}",
+           f"--LabApp.user_settings_dir={base / 'settings'}", f"--LabApp.workspaces_dir={base / 'ws'}",
+           "--LabApp.expose_app_in_browser=True", "--LabServerApp.announcements_url="]
+    logpath = base / "jupyter.log"
+    with open(logpath, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=nbdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"jupyter lab did not start; log:\n{logpath.read_text()[-3000:]}")
+                time.sleep(0.5)
+            yield {"url": url, "token": token, "dir": nbdir, "log": logpath}
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def open_and_run(page, lab: dict, notebook: str, wait_selector: str, timeout_ms: int = 240_000) -> None:
+    """Open ``notebook`` in JupyterLab, run all cells, wait for ``wait_selector`` to be attached."""
+    page.goto(f"{lab['url']}/lab/tree/{notebook}?token={lab['token']}&reset")
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
+    page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
+    time.sleep(2.0)  # let the kernel connect before running
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.locator(wait_selector).first.wait_for(state="attached", timeout=timeout_ms)
+
+
+def drag_bar(page, name: str, to_x: float, steps: int = 10) -> None:
+    """Press on the editor bar ``name`` and release at page x ``to_x`` (same row), in steps."""
+    loc = page.locator(f".fp-editor rect.fp-bar[data-name='{name}']").first
+    loc.wait_for(state="attached")
+    box = loc.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    for k in range(1, steps + 1):
+        page.mouse.move(x + (to_x - x) * k / steps, y)
+        time.sleep(0.02)
+    page.mouse.up()
