@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .ir import Plan, Schedule, parse_action
+from .ir import ParseError, Plan, Schedule, parse_action
 
 __all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EditError", "apply_edit", "edit_plan",
            "replay", "undo", "plan_to_python", "FromNamed", "FromProgram", "FromText", "FromFile",
@@ -37,6 +37,13 @@ def _index(row: list, rank: int, i: int, what: str, *, end: bool = False) -> int
         raise EditError(f"{what} {i!r} out of range: rank {rank} has {len(row)} actions "
                         f"(positions 0..{hi})")
     return i
+
+
+def _parse(text: str, where: str):
+    try:
+        return parse_action(text, where)
+    except ParseError as e:
+        raise EditError(str(e)) from None
 
 
 def _with_row(s: Schedule, rank: int, row: list) -> Schedule:
@@ -88,7 +95,7 @@ class Insert:
     def apply(self, s: Schedule) -> Schedule:
         row = _row(s, self.rank)
         _index(row, self.rank, self.index, "index", end=True)
-        row.insert(self.index, parse_action(self.action, "Insert"))
+        row.insert(self.index, _parse(self.action, "Insert"))
         return _with_row(s, self.rank, row)
 
 
@@ -114,7 +121,7 @@ class PinBefore:
     before: str
 
     def apply(self, s: Schedule) -> Schedule:
-        a, b = str(parse_action(self.action)), str(parse_action(self.before))
+        a, b = str(_parse(self.action, "PinBefore")), str(_parse(self.before, "PinBefore"))
         where = {str(x): (r, i) for r, i, x in s.actions()}
         for name in (a, b):
             if name not in where:

@@ -342,8 +342,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     if done < total:
         raise _deadlock(G, head, M, unmet, limits, inflight, warm, caps, mem, reserved, lane_groups,
                         admissible)
-    order = []
-    acts = [None] * n
+    order, starts = [], []
     for r in range(ranks):
         row = out[r]
         if len(lanes_of_rank[r]) > 1:
@@ -353,7 +352,10 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             g, m = divmod(i, M)
             seq.append(Action(G.stage[g], G.kind[g], m))
         order.append(tuple(seq))
-    return Schedule(ranks, M, tuple(placement), tuple(order))
+        starts.append(tuple(x[0] for x in row))
+    sched = Schedule(ranks, M, tuple(placement), tuple(order))
+    sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
+    return sched
 
 
 def _deadlock(G, head, M, unmet, limits, inflight, warm, caps, mem, reserved, lane_groups, admissible):
