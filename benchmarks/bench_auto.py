@@ -5,7 +5,9 @@ the auto plan's makespan and peak memory, every torch built-in schedule's makesp
 layer split (imported with ``flexpipe_ui.torch_interop``, timed by the same simulator; "OOM" when
 its peak exceeds the scenario's memory cap, "invalid" when it fails validation — torch 2.13's
 ``Schedule1F1B`` does), Megatron's 1F1B from our library on an even split, the lower bound
-Σ work / ranks, the search time and the speed-ups. Last line: ``search_s_8x32=<seconds>``.
+Σ work / ranks (and the tighter bound for indivisible layers), the search time (wall and CPU; the
+search is single-threaded, so CPU time is what one core needs when the machine is shared) and the
+speed-ups. Last line: ``search_s_8x32=<worst wall seconds over the 8×32 scenarios>``.
 
     .venv/bin/python benchmarks/bench_auto.py            # all scenarios (~1-2 min on one core)
     .venv/bin/python benchmarks/bench_auto.py --quick    # 8×32 scenarios only
@@ -92,9 +94,9 @@ def main() -> int:
     args = ap.parse_args()
     rows, t8 = [], []
     for title, problem in scenarios(args.quick):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = auto_search(problem, seed=args.seed)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         torch_res = torch_makespans(problem)
         meg = megatron_1f1b(problem)
         lb = ideal_makespan(problem)
@@ -108,7 +110,7 @@ def main() -> int:
             t8.append(dt)
         print(f"\n== {title}  [{shape}, comm {problem.comm:.3g} ms, cap "
               f"{problem.memory_limit if problem.memory_limit is not None else 'none'} MiB]")
-        print(f"   auto      {res.makespan:10.1f} ms  peak {peak:9.0f} MiB  search {dt:6.2f} s "
+        print(f"   auto      {res.makespan:10.1f} ms  peak {peak:9.0f} MiB  search {dt:6.2f} s wall, {cpu:.2f} s CPU "
               f"({res.stats['evaluated']} simulated, {res.stats['pruned']} pruned)  {res.candidates[0][2]}")
         print("   torch     " + "  ".join(f"{SHORT[n]}={_cell(v)}" for n, v in torch_res.items()))
         print(f"   megatron 1f1b (library, even) {_cell(meg)}   lower bound {lb:.1f} "

@@ -204,7 +204,19 @@ class _Search:
         limit = self.problem.memory_limit
         if limit is None:
             return
-        todo = sorted(self.over, key=lambda sc: sc[0].peak)[:8]
+        done: set = set()
+        for _ in range(3):  # variants that overshoot again get another round (tighter caps)
+            fresh = [sc for sc in sorted(self.over, key=lambda sc: sc[0].makespan) if id(sc[0]) not in done]
+            # programs that overshot their own cap first (one tighter cap fixes most), then a few seeds
+            todo = [sc for sc in fresh if sc[1].family != "library"][:6]
+            todo += [sc for sc in fresh if sc[1].family == "library"][:8 - len(todo)]
+            if not todo or self.out_of_budget():
+                return
+            for s, _ in todo:
+                done.add(id(s))
+            self._repair_round(todo, make_variants, limit)
+
+    def _repair_round(self, todo, make_variants, limit) -> None:
         for s, c in todo:
             if self.out_of_budget():
                 return
@@ -215,7 +227,7 @@ class _Search:
             except PartitionError:
                 part = None
             if part is not None and part != c.partition:
-                self.consider(c.moved(part, c.description + ", memory-aware split (measured in-flight)"),
+                self.consider(c.moved(part, _base(c.description) + ", memory-aware split (measured in-flight)"),
                               force=True)
             for v in make_variants(c, s):
                 if self.out_of_budget():
@@ -223,7 +235,8 @@ class _Search:
                 self.consider(v, force=self.best is None)
 
     def refine(self, rounds: int = 6) -> None:
-        """Move one boundary of the busiest rank's stages by one layer; keep improvements."""
+        """Hill-climb on the three best candidates: move one stage boundary by one layer
+        (``_neighbours``), rebuild the same program, keep the first improvement."""
         pool = sorted((s for s in self.scored if s.ok), key=lambda s: s.makespan)
         starts = []
         for s in pool:
@@ -233,29 +246,35 @@ class _Search:
             if len(starts) >= 3:
                 break
         for c in starts:
-            cur, cur_ms = c, next(s.makespan for s in pool if self._cand_of.get(id(s)) is c)
+            cur_s = next(s for s in pool if self._cand_of.get(id(s)) is c)
+            cur, cur_ms = c, cur_s.makespan
             for _ in range(rounds):
                 if self.out_of_budget():
                     return
                 improved = False
-                for nb in self._neighbours(cur):
+                for nb in self._neighbours(cur, cur_s):
                     s = self.consider(nb)
                     if s is not None and s.ok and s.makespan < cur_ms * (1 - 1e-12):
-                        cur, cur_ms, improved = nb, s.makespan, True
+                        cur, cur_ms, cur_s, improved = nb, s.makespan, s, True
                         break
                     if self.out_of_budget():
                         return
                 if not improved:
                     break
 
-    def _neighbours(self, c: Candidate) -> list[Candidate]:
+    def _neighbours(self, c: Candidate, scored: Scored) -> list[Candidate]:
+        """Splits that give one layer of the busiest rank — and, under a memory cap, of the rank
+        with the highest simulated peak (memory throttles it) — to a neighbouring stage."""
         p = self.problem
         loads = rank_loads(p, c.partition, c.placement)
-        busiest = int(loads.argmax())
+        relieve = {int(loads.argmax())}
+        if p.memory_limit is not None and scored.result is not None:
+            peaks = scored.result.metrics.peak_memory
+            relieve.add(int(max(range(len(peaks)), key=peaks.__getitem__)))
         sizes = [len(x) for x in c.partition]
         out = []
         for s, r in enumerate(c.placement):
-            if r != busiest or sizes[s] < 2:
+            if r not in relieve or sizes[s] < 2:
                 continue
             for t in (s - 1, s + 1):  # give one layer to the neighbouring stage
                 if 0 <= t < len(sizes):
@@ -402,7 +421,7 @@ def _result(problem: Problem, S: _Search, top: int) -> SearchResult:
                            "packing_bound": packing_makespan(problem),
                            "best_seed": S.best_seed.description if S.best_seed else None,
                            "best_seed_makespan": S.best_seed.makespan if S.best_seed else None},
-                "knobs": {k: v for k, v in s.knobs.items() if k != "key"},
+                "knobs": {k: v for k, v in s.knobs.items() if k != "key" and not k.startswith("_")},
                 "source_meta": dict(s.plan.meta)}
         out.append((s.plan.with_meta(**meta), s.result, s.description))
     seed = None

@@ -170,13 +170,20 @@ def all_rules(problem: Problem, pl) -> list:
 
 
 def recompute_kind() -> str | None:
-    """Name of the recompute kind if ``flexpipe_ui.ops`` registers one (``R``), else None."""
+    """``"R"``, the recompute kind of ``flexpipe_ui.ops``, registering it if no ``R`` exists yet
+    (a user's own ``R`` is used as it is); None if ``flexpipe_ui.ops`` is missing.
+
+    The registration outlives the search on purpose: a returned plan with ``R`` actions must
+    simulate, validate and run afterwards.
+    """
+    from ..kinds import kinds
+    if "R" in kinds():
+        return "R"
     try:
-        from .. import ops  # noqa: F401  (registers the example kinds)
-        from ..kinds import get_kind
-        get_kind("R")
-    except (ImportError, ValueError):
+        from ..ops import register_recompute
+    except ImportError:
         return None
+    register_recompute()
     return "R"
 
 
@@ -199,7 +206,8 @@ def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, t
     return Candidate(description=f"{src}{tag} ({pname} split)", family="dsl", placement=placement,
                      partition=part, make=make,
                      knobs={"program": src, "split": pname, "chunks": len(placement) // problem.ranks,
-                            "key": src + tag, "recompute": recompute},
+                            "key": src + tag, "recompute": recompute,
+                            "_pl": pl, "_rules": rules, "_extra": dict(extra or {}), "_tag": tag},
                      extra_work=1.0 if (recompute and frac == 1.0) else 0.0)
 
 
@@ -219,15 +227,23 @@ def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4)
 def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate]:
     """Answers to an over-memory candidate: the list scheduler's memory cap, fewer in flight,
     recompute (``flexpipe_ui.ops``) when it exists."""
-    if c.family == "refine" or not dsl_available():
+    if not dsl_available():
         return []
-    from ..dsl import Rules, looped, vshape, wave
-    v = max(1, len(c.placement) // problem.ranks)
-    pl = _placement_object(c.placement, problem.ranks)
-    if pl is None:
-        return []
+    from ..dsl import Rules
     cap = problem.memory_limit
     out = []
+    rules = c.knobs.get("_rules")
+    if rules is not None and cap is not None and s.peak > cap:
+        # the list scheduler's own cap was overshot in simulation: ask it for the overshoot less
+        tighter = rules.with_(memory_cap=(rules.memory_cap or cap) * cap / s.peak * (1 - 1e-6))
+        out.append(_program_candidate(problem, c.knobs["_pl"], c.placement, c.knobs.get("split", "?"),
+                                      c.partition, tighter, tag=c.knobs.get("_tag", "") + " [tighter cap]",
+                                      extra=c.knobs.get("_extra")))
+    if c.family == "refine":
+        return out
+    pl = _placement_object(c.placement, problem.ranks)
+    if pl is None:
+        return out
     depth = one_f_one_b_depth(pl)
     split = c.knobs.get("split", "?")
     for infl in (depth, f"max(v, ({depth})//2)", "v"):
