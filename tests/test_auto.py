@@ -193,3 +193,24 @@ def test_profiler_problem_file_and_cli(tmp_path, capsys):
     assert main(["auto", str(tmp_path / "missing.json"), "-o", str(out)]) == 2
     assert main(["auto", str(src), "-o", str(out), "--top", "0"]) == 2
     assert "--top" in capsys.readouterr().err
+
+
+def test_tight_memory_uses_recompute_and_the_plan_round_trips(tmp_path):
+    from flexpipe_ui.planfile import save_plan
+    # one layer per rank (so finer chunks cannot help) with big activations: without recompute
+    # only one microbatch per rank fits in flight
+    layers = tuple(Layer(f=1.0, b=1.0, w=1.0, act=10.0, mem=1.0) for _ in range(2))
+    free = Problem(ranks=2, microbatches=6, layers=layers)
+    cap = 1.0 + 10.0 * 1.5
+    problem = free.with_(memory_limit=cap)
+    res = auto_search(problem, top=3)
+    for plan, sim, desc in res.candidates:
+        assert simulate(plan, problem).metrics.max_peak_memory <= cap * (1 + 1e-9), desc
+    best = res.best
+    validate(best.schedule)
+    assert res.makespan >= auto_search(free).makespan * (1 - 1e-9)
+    save_plan(best, tmp_path / "p.json")
+    back = load_plan(tmp_path / "p.json")
+    assert simulate(back, problem).makespan == pytest.approx(res.makespan)
+    used = best.schedule.kinds_used()
+    assert "R" in used, f"expected recomputation under a {cap} cap, got {res.candidates[0][2]}"
