@@ -227,7 +227,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             if m >= M:
                 continue
             i = g * M + m
-            if unmet[i] or not admissible(g):
+            if unmet[i] or (gate[g] and not admissible(g)):
                 continue
             t = ready[i]
             if jit_targets[g]:
@@ -248,9 +248,13 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
                 best_t = t
         return best_t, cand
 
+    gate = [is_entry[g] or (ffirst[G.rank[g]] and is_bwd[g]) for g in range(n)]
+    cached: list = [None] * G.n_lanes
+
     def push(L: int) -> None:
         version[L] += 1
-        t, _ = candidates(L)
+        t, cand = candidates(L)
+        cached[L] = cand  # valid until the lane's version changes
         r = G.rank[lane_groups[L][0]]
         if t is None and pending[r]:
             t = max(free[L], pending[r][0][0])  # a copy-stream free may unblock an entry
@@ -266,13 +270,16 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         if ver != version[L]:
             continue
         r = G.rank[lane_groups[L][0]]
-        if pending[r]:
-            pend = pending[r]
+        cand = cached[L]
+        pend = pending[r]
+        if pend and pend[0][0] <= t:
             while pend and pend[0][0] <= t:
                 mem[r] += heapq.heappop(pend)[1]
-        bt, cand = candidates(L)
-        if bt is None or bt > t:
-            push(L)
+            bt, cand = candidates(L)
+            if bt is None or bt > t:
+                push(L)
+                continue
+        elif not cand:
             continue
         g = min((c[1], c[2]) for c in cand if c[0] <= t)[1]
         if fill[g]:
@@ -316,7 +323,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
                 heapq.heappush(pending[r], (end, d))
             else:
                 mem[r] += d
-            if d < 0:
+            if d < 0 or caps[r] is not None:
                 dirty.update(lanes_of_rank[r])
         if L in forced:
             del forced[L]
