@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from .kinds import Dep, Kind, register_kind
 
-__all__ = ["register_recompute", "register_offload", "register_all", "RECOMPUTE", "OFFLOAD", "RELOAD"]
+__all__ = ["register_recompute", "register_offload", "register_all", "register_known", "RECOMPUTE",
+           "OFFLOAD", "RELOAD"]
 
 RECOMPUTE, OFFLOAD, RELOAD = "R", "OFF", "LOAD"
 
@@ -57,3 +58,17 @@ def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple
 def register_all() -> None:
     register_recompute()
     register_offload()
+
+
+def register_known(names) -> list[str]:
+    """Register the example kinds among ``names`` (e.g. a plan file's kinds before loading it);
+    returns the ones registered. Unknown names are left for the caller to report."""
+    names = set(names)
+    done = []
+    if RECOMPUTE in names:
+        register_recompute()
+        done.append(RECOMPUTE)
+    if names & {OFFLOAD, RELOAD}:
+        register_offload()
+        done += [OFFLOAD, RELOAD]
+    return done

@@ -99,3 +99,9 @@ def test_ops_are_not_registered_on_import_and_reregistering_replaces():
     assert get_kind("R") is k2 and k1 == k2
     with pytest.raises(ValueError, match="prefetch must be an integer >= 1"):
         register_offload(prefetch=0)
+
+
+def test_register_known():
+    from flexpipe_ui.ops import register_known
+    assert register_known({"F", "R", "LOAD"}) == ["R", "OFF", "LOAD"]
+    assert register_known({"F"}) == []

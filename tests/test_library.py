@@ -217,3 +217,16 @@ def test_cli_plan(tmp_path):
     assert out.returncode == 0, out.stderr
     bad = _cli("plan", "zb-v", "--ranks", "2", "--microbatches", "4", "--chunks", "3", "-o", str(plan))
     assert bad.returncode == 2 and "zb-v runs 2 stage(s) per rank, not --chunks 3" in bad.stderr
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_v_1f1b_beats_1f1b_at_its_memory(p, m):
+    """Ours: with uniform costs the V placement cuts 1F1B's bubble from 3(p-1) to 2(p-1) (m >= p),
+    never slower and never more memory than 1F1B, with a fused backward."""
+    v = simulate(build_named("v-1f1b", None, ranks=p, microbatches=m))
+    one = simulate(build_named("1f1b", None, ranks=p, microbatches=m))
+    assert v.makespan <= one.makespan and max(v.metrics.peak_memory) <= max(one.metrics.peak_memory)
+    assert {a.kind.name for _, _, a in build_named("v-1f1b", None, ranks=p, microbatches=m).schedule.actions()} \
+        == {"F", "B"}
+    if m >= p:
+        assert v.makespan == 3 * m + 2 * (p - 1)

@@ -5,7 +5,8 @@ DualPipe repos) all need the backward split into I and W, which many runtimes ca
 ZBV refuses torch.compile'd stages; fused attention/MoE kernels and FSDP-wrapped layers often have
 one backward). The V placement alone — the loss stage on rank 0, so the backward starts on the
 rank that also finishes first — already shortens 1F1B at 1F1B's peak memory: with uniform costs,
-p=8, m=32, 110 vs 1F1B's 117 at the same 8 activations, where interleaved 1F1B needs 11.5 for 106.5.
+p=8, m=32, 110 vs 1F1B's 117 at the same 8 activations, where interleaved 1F1B needs 11.5 for 106.5;
+in general (m >= p) the bubble drops from 1F1B's 3(p-1) to 2(p-1).
 Phases of rank r (chunk 0 = stage r, chunk 1 = stage 2p-1-r; written for at least 2p-1
 microbatches): (1) warm-up: 2(p-r)-1 forwards of chunk 0; (2) r pairs F(chunk 1), F(chunk 0);
 (3) p-r pairs F, B of chunk 1; (4) steady: F B of chunk 0, then F B of chunk 1;
