@@ -3,7 +3,10 @@
 F receives its input (or takes the data / the previous local stage's output), runs the stage and
 keeps what the backward needs, then sends its output. I computes input gradients only and sends
 them upstream; W computes weight gradients from what I recorded and frees the microbatch; B does
-both. User kinds run through ``HANDLERS`` (recompute ``R`` ships here). Gradients accumulate over
+both. User kinds run through ``HANDLERS``; shipped: recompute ``R`` (F keeps only its input and
+the RNG state, R re-runs it with autograd) and offload/reload ``OFF``/``LOAD`` (F's saved tensors
+go to pinned host memory on a side CUDA stream and come back before the backward; a no-op on
+CPU, where they already are in host memory). Gradients accumulate over
 microbatches with the loss scaled by 1/M, so the step's gradient is that of the mean loss.
 """
 from __future__ import annotations
@@ -44,6 +47,8 @@ class MBState:
     dleaf: torch.Tensor | None = None
     pend: Pending | None = None
     rng: object = None
+    saved: list | None = None              # tensors autograd saved, when the activation is offloaded
+    copy_done: object = None               # CUDA event of the last offload/reload copy
 
 
 @dataclass
@@ -81,7 +86,26 @@ def stage_forward(layers: list[nn.Module], x: torch.Tensor):
 def _forward(ex: "RankExecutor", a: Action, st: MBState) -> None:
     x = ex.stage_input(a)
     st.x = x
-    if (a.stage, a.microbatch) in ex.recompute:
+    if (a.stage, a.microbatch) in ex.offload:
+        # keep what autograd saves in a list the OFF/LOAD actions can move (parameters stay put)
+        st.saved = []
+        params = ex.param_ids[a.stage]
+
+        def pack(t, saved=st.saved):
+            if id(t) in params:
+                return (None, t)
+            saved.append(t)
+            return (len(saved) - 1, None)
+
+        def unpack(ref, st=st):
+            i, t = ref
+            return t if i is None else st.saved[i]
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            st.leaf, st.head, y = stage_forward(ex.layers[a.stage], x)
+            y = ex.maybe_loss(a, y)
+        st.y = y
+    elif (a.stage, a.microbatch) in ex.recompute:
         st.rng = torch.get_rng_state()
         with torch.no_grad():
             _, _, y = stage_forward(ex.layers[a.stage], x)
@@ -104,6 +128,7 @@ def _recompute(ex: "RankExecutor", a: Action, st: MBState) -> None:
 
 
 def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    _wait_copy(st)
     gy = ex.output_grad(a)
     params = ex.body_params(a.stage, st)
     dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
@@ -120,6 +145,7 @@ def _backward_weight(ex: "RankExecutor", a: Action, st: MBState) -> None:
 
 
 def _backward_full(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    _wait_copy(st)
     gy = ex.output_grad(a)
     y, leaf = st.y, st.leaf
     if leaf is not None and leaf.requires_grad:
@@ -134,8 +160,45 @@ def _backward_full(ex: "RankExecutor", a: Action, st: MBState) -> None:
     ex.release(a)
 
 
+def _move_saved(ex: "RankExecutor", st: MBState, to_host: bool) -> None:
+    """Offload (to_host) or reload the saved activations; on CUDA on a side stream, and the
+    backward's stream waits for the copy (``_wait_copy``)."""
+    if st.saved is None:
+        return
+    dev = ex.device
+    if dev.type != "cuda":              # host memory already: nothing to move
+        return
+    stream = ex.copy_stream
+    stream.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(stream):
+        for i, t in enumerate(st.saved):
+            if to_host:
+                host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+                host.copy_(t, non_blocking=True)
+                t.record_stream(stream)
+                st.saved[i] = host
+            else:
+                st.saved[i] = t.to(dev, non_blocking=True)
+        st.copy_done = torch.cuda.Event()
+        st.copy_done.record(stream)
+
+
+def _offload(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    _move_saved(ex, st, True)
+
+
+def _reload(ex: "RankExecutor", a: Action, st: MBState) -> None:
+    _move_saved(ex, st, False)
+
+
+def _wait_copy(st: MBState) -> None:
+    if st.copy_done is not None:
+        torch.cuda.current_stream().wait_event(st.copy_done)
+        st.copy_done = None
+
+
 HANDLERS: dict[str, Callable] = {"F": _forward, "I": _backward_input, "W": _backward_weight,
-                                 "B": _backward_full, "R": _recompute}
+                                 "B": _backward_full, "R": _recompute, "OFF": _offload, "LOAD": _reload}
 
 
 def register_handler(kind: str, fn: Callable) -> None:
@@ -158,6 +221,9 @@ class RankExecutor:
         self.transport = Transport(rank, self.comm, shapes, device, groups, timeout)
         self.device = device
         self.recompute = {(a.stage, a.microbatch) for row in sched.order for a in row if a.kind.name == "R"}
+        self.offload = {(a.stage, a.microbatch) for row in sched.order for a in row if a.kind.name == "OFF"}
+        self.param_ids = {s: {id(p) for l in ls for p in l.parameters()} for s, ls in layers.items()}
+        self.copy_stream = torch.cuda.Stream(device) if (self.offload and device.type == "cuda") else None
         self.timer = timer
         self.progress = progress
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]

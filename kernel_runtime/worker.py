@@ -63,10 +63,13 @@ def kind_fields(kind) -> dict:
 
 def _register_kinds(fields: list) -> None:
     from flexpipe_ui.kinds import Kind, kinds, register_kind
-    have = kinds()
-    for f in fields:
-        if f["name"] not in have:
+    todo = [f for f in fields if f["name"] not in kinds()]
+    while todo:                          # dependencies first (LOAD names OFF)
+        known = set(kinds())
+        ready = [f for f in todo if all(set(d.kinds) <= known | {f["name"]} for d in f["after"])]
+        for f in ready or todo:          # nothing ready: register_kind explains what is missing
             register_kind(Kind(cost=lambda c: 0.0, **f))
+        todo = [f for f in todo if f not in ready]
 
 
 def _dtype(name: str):

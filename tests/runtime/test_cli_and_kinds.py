@@ -35,50 +35,50 @@ def test_cli_refuses_bad_input():
     assert out.returncode == 2 and "unknown schedule 'nope'" in out.stderr
 
 
-def _recompute_kind():
-    from flexpipe_ui.kinds import get_kind, kinds
-    try:
-        import flexpipe_ui.ops  # noqa: F401 - registers R when the DSL's ops have landed
-    except ImportError:
-        pass
-    if "R" not in kinds():
-        from flexpipe_ui.kinds import Dep, Kind, register_kind
-        register_kind(Kind("R", "other", lambda c: c.f, after=(Dep(frozenset({"F"}), 0),),
-                           before=frozenset({"I", "B"}), mem_start=1.0, adjust={"F": (0.0, -1.0)},
-                           description="recompute the forward before the backward"))
-    return get_kind("R")
+def _with_extra(base, before_backward, after_forward=None):
+    """Insert ``before_backward`` kinds right before each B (even microbatches) and
+    ``after_forward`` right after each F of those microbatches."""
+    from flexpipe_ui.ir import Schedule
+    rows = []
+    for row in base.order:
+        out = []
+        for a in row:
+            if a.kind.name == "B" and a.microbatch % 2 == 0:
+                out += [f"{a.stage}{k}{a.microbatch}" for k in before_backward]
+            out.append(str(a))
+            if after_forward and a.kind.name == "F" and a.microbatch % 2 == 0:
+                out += [f"{a.stage}{k}{a.microbatch}" for k in after_forward]
+        rows.append(out)
+    return Schedule.from_rows(rows, base.microbatches, base.placement)
 
 
 @pytest.mark.timeout(120)
-def test_recompute_matches_reference():
-    from flexpipe_ui.ir import Plan, Schedule
+def test_recompute_and_offload_match_reference():
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.ops import register_offload, register_recompute
     from flexpipe_ui.problem import even_partition
     from flexpipe_ui.validate import validate
 
     from kernel_runtime.data import reference_run
     from kernel_runtime.launcher import launch
     from kernel_runtime.models import demo_gpt
-    _recompute_kind()
+    register_recompute()
+    register_offload()
     base = one_f_one_b(2, 4)
-    rows = []
-    for row in base.order:   # recompute every other microbatch right before its backward
-        out = []
-        for a in row:
-            if a.kind.name == "B" and a.microbatch % 2 == 0:
-                out.append(f"{a.stage}R{a.microbatch}")
-            out.append(str(a))
-        rows.append(out)
-    sched = validate(Schedule.from_rows(rows, 4, (0, 1)))
+    recompute = validate(_with_extra(base, ["R"]))
+    offload = validate(_with_extra(base, ["LOAD"], ["OFF"]))
     spec = demo_gpt(vocab=32, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
-    h = launch(Plan(sched, even_partition(4, 2)), model=spec, steps=2, dtype="float64",
-               capture_grads=True, seed=1, lr=0.1)
+    plans = [Plan(s, even_partition(4, 2)) for s in (recompute, offload)]
+    h = launch(plans, model=spec, steps=2, dtype="float64", capture_grads=True, seed=1, lr=0.1)
     h.wait(100)
     ref = reference_run(spec, steps=2, seed=1, lr=0.1, dtype=torch.float64)
+    assert len(h.step_events) == 4
     for ev in h.step_events:
         assert ev.loss == pytest.approx(ref.losses[ev.step], abs=1e-10)
         g = ref.grads[ev.step]
         assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= 1e-10
-    assert any(a.kind.name == "R" for a in h.timelines[0].actions)
+    kinds = [{a.kind.name for a in h.timelines[i].actions} for i in (0, 2)]
+    assert "R" in kinds[0] and {"OFF", "LOAD"} <= kinds[1]
 
 
 def test_profile_writes_problem(tmp_path):
