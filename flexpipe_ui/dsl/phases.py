@@ -83,6 +83,9 @@ class RankOrder:
     def pending_w(self) -> int:
         return len(self._wq)
 
+    def pending_w_of(self, stage: int) -> int:
+        return sum(1 for s, _ in self._wq if s == stage)
+
 
 def phased(ranks: int, microbatches: int, placement: Sequence[int],
            per_rank: Callable[[int, RankOrder], None]) -> Schedule:

@@ -33,8 +33,10 @@ def order(ranks: int, microbatches: int, chunks: int = 2) -> Schedule:
             o.I(c0).I(c1)
         for _ in range(p - r):
             o.I(c0).W(c0)
-        while o.pending_w:
-            o.W(c1) if any(s == c1 for s, _ in o._wq) else o.W(c0)
+        while o.pending_w_of(c1):
+            o.W(c1)
+        while o.pending_w_of(c0):
+            o.W(c0)
 
     return phased(p, m, vshape()(p), rank)
 
