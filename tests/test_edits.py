@@ -100,3 +100,13 @@ def test_plan_without_trace_and_loaded_file(tmp_path):
     src = loaded.to_python()
     assert f"load_plan({str(path)!r})" in src and _exec(src) == loaded
     assert load_plan(path).trace == ()
+
+
+def test_hand_plan_is_a_replayable_source():
+    from flexpipe_ui.dsl import hand_plan
+    plan = hand_plan("r0: 0F0 3F0 3B0 0B0\nr1: 1F0 2F0 2B0 1B0", placement=vshape(), meta={"by": "me"})
+    assert plan.schedule.placement == (0, 1, 1, 0) and isinstance(plan.trace[0], FromText)
+    edited = plan.edit(Swap(0, 0, 1))
+    with pytest.raises(ScheduleError):
+        validate(edited.schedule)
+    assert _exec(edited.to_python()) == edited and undo(edited) == plan

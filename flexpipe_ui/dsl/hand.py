@@ -12,7 +12,7 @@ from ..ir import Schedule
 from ..validate import validate
 from .placement import Placement
 
-__all__ = ["hand"]
+__all__ = ["hand", "hand_plan"]
 
 
 def hand(text: str, *, placement: Placement | Sequence[int] | None = None,
@@ -22,3 +22,13 @@ def hand(text: str, *, placement: Placement | Sequence[int] | None = None,
     place = placement(len(rows)) if isinstance(placement, Placement) else placement
     s = Schedule.from_text(text, microbatches, place)
     return validate(s) if check else s
+
+
+def hand_plan(text: str, *, placement: Placement | Sequence[int] | None = None,
+              microbatches: int | None = None, partition=None, meta=None, check: bool = True):
+    """A ``Plan`` from a rank grid, with the text as its trace's source step (so edits replay and
+    ``plan.to_python()`` prints it)."""
+    from ..edits import FromText
+    s = hand(text, placement=placement, microbatches=microbatches, check=check)
+    part = None if partition is None else tuple(tuple(int(x) for x in p) for p in partition)
+    return FromText(s.to_text(), s.microbatches, tuple(s.placement), part, dict(meta or {})).build()
