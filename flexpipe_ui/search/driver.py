@@ -5,7 +5,8 @@ Phases (each candidate is pruned when its lower bound cannot beat the incumbent)
 1. **seeds** — every library schedule on an even and a balanced split (``space.seed_candidates``),
    so the result is never worse than the best of them;
 2. **explore** — two DSL rule sets on every structure (chunks × placement × partition), cheapest
-   bound first; **sweep** — the whole rule grid on the two best structures;
+   bound first; **sweep** — the whole rule grid on the best structure, its six best rule sets on
+   the runner-up;
 3. **repair** — candidates over the memory cap are re-split with the per-stage in-flight counts
    measured on their own simulation, and retried with in-flight / memory-cap rules and recompute;
 4. **refine** — hill-climb on the best few: move one stage boundary of the busiest rank by one
@@ -95,7 +96,7 @@ def default_budget(problem: Problem) -> tuple[int, int]:
     """(evaluations, simulated actions) allowed by default.
 
     Generation + simulation cost grows with the action count, so the budget is also a number of
-    actions: 200k per 256 rank-microbatches (~1.5 s at 8×32 and ~12 s at 16×64 on one core, see
+    actions: 200k per 256 rank-microbatches (<= 2 s at 8×32 and ~5 s at 16×64 on one core, see
     benchmarks/bench_auto.py). Both are counts, so the search stays deterministic.
     """
     size = problem.ranks * problem.microbatches
@@ -356,8 +357,15 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
     structs = sp.structures(problem, chunks, parts) if sp.dsl_available() else []
     S.run_list(sp.program_candidates(problem, only=structs))
     S.phase = "sweep"
-    S.run_list(sp.program_candidates(problem, only=_best_structures(S, structs, 2),
-                                     rules=sp.all_rules))
+    top2 = _best_structures(S, structs, 2)
+    first = sp.program_candidates(problem, only=top2[:1], rules=sp.all_rules)
+    S.run_list(first)
+    if len(top2) > 1:
+        # the runner-up structure gets only the six rule sets that did best on the winner
+        ranked = sorted((s for s in S.scored if "_rules" in s.knobs and s.knobs.get("key") in
+                         {c.knobs["key"] for c in first}), key=lambda s: s.score)
+        rules = [s.knobs["_rules"] for s in ranked[:6]]
+        S.run_list(sp.program_candidates(problem, only=top2[1:], rules=lambda problem, pl: rules))
     S.phase = "repair"
     S.repair(lambda c, s: sp.memory_variants(problem, c, s))
     if problem.memory_limit is not None and sp.recompute_kind() is not None:
