@@ -214,3 +214,25 @@ def test_tight_memory_uses_recompute_and_the_plan_round_trips(tmp_path):
     assert simulate(back, problem).makespan == pytest.approx(res.makespan)
     used = best.schedule.kinds_used()
     assert "R" in used, f"expected recomputation under a {cap} cap, got {res.candidates[0][2]}"
+
+
+@pytest.mark.parametrize("ranks,mb", [(2, 2), (2, 5), (3, 3), (3, 6), (4, 2), (4, 8)])
+def test_grid_never_worse_than_seeds_and_fits(ranks, mb):
+    rng = random.Random(ranks * 100 + mb)
+    layers = tuple(Layer(f=rng.uniform(0.3, 2), b=rng.uniform(0.3, 2), w=rng.uniform(0.05, 1.5),
+                         act=rng.uniform(0.5, 2), mem=rng.uniform(0, 2)) for _ in range(3 * ranks))
+    free = Problem(ranks=ranks, microbatches=mb, layers=layers, comm=rng.choice([0.0, 0.1, 0.6]))
+    peak_free = auto_search(free).candidates[0][1].metrics.max_peak_memory
+    for problem in (free, free.with_(memory_limit=0.8 * peak_free)):
+        try:
+            res = auto_search(problem, max_evals=80)
+        except NoFeasiblePlan as e:  # only acceptable when nothing in the space fits
+            assert e.smallest_peak > problem.memory_limit
+            continue
+        seeds = _seed_scores(problem)
+        if seeds:
+            assert res.makespan <= min(m for m, _ in seeds) * (1 + 1e-9)
+        sim = simulate(res.best, problem)
+        assert sim.makespan == pytest.approx(res.makespan)
+        if problem.memory_limit is not None:
+            assert sim.metrics.max_peak_memory <= problem.memory_limit * (1 + 1e-9)
