@@ -172,3 +172,56 @@ def test_rules_deadlock_is_reported_not_looped(monkeypatch):
             Program(extra={"ZZ": "all"}).schedule(ranks=2, microbatches=2)
     finally:
         unregister_kind("ZZ")
+
+
+def test_random_rule_sets_finish_or_refuse_up_front():
+    """A seeded sweep over the knobs the auto-scheduler turns (placements, priorities, traversals,
+    limits, caps, overrides, recompute/offload, uneven costs, comm): every program either raises a
+    RulesError before scheduling or yields a valid schedule; the actors never deadlock."""
+    import random
+
+    from flexpipe_ui.ops import register_all
+    register_all()
+    rng = random.Random(1)
+    made = refused = 0
+    for _ in range(120):
+        p = rng.choice([1, 2, 3, 4])
+        m = rng.choice([1, 2, p, 2 * p, 3 * p])
+        pl = rng.choice([looped(1), looped(2), vshape(), wave(3)])
+        S = len(pl(p))
+        prob = Problem(ranks=p, microbatches=m, comm=rng.choice([0.0, 0.3]), layers=tuple(
+            Layer(f=rng.uniform(0.2, 3), b=rng.uniform(0.2, 3), w=rng.uniform(0.05, 2),
+                  act=rng.uniform(0.1, 2), mem=rng.uniform(0, 1)) for _ in range(S + rng.randint(0, 3))))
+        rules = Rules(priority=tuple(rng.sample(["I", "F", "W", "B"], 4)),
+                      traversal=rng.choice(["depth", "breadth", "microbatch"]),
+                      in_flight=rng.choice([None, "p - r", "v*p", "v", "max(v, p-r)", 3]),
+                      warmup=rng.choice([None, "p-r+v"]), memory_cap=rng.choice([None, 4.0, 20.0]),
+                      backward=rng.choice(["fused", "split"]),
+                      w_policy=rng.choice(["priority", "eager", "fill"]), forwards_first=rng.random() < 0.2)
+        if rng.random() < 0.3:
+            rules = rules.on(0, backward="split", in_flight=None)
+        extra = rng.choice([{}, {"R": "all"}, {"OFF": (0,), "LOAD": (0,)}])
+        try:
+            plan = Program(placement=pl, rules=rules, extra=extra).plan(problem=prob)
+        except RulesDeadlock:
+            raise
+        except RulesError:
+            refused += 1
+            continue
+        validate(plan.schedule)
+        simulate(plan, prob)
+        made += 1
+    assert made > 40 and refused > 5
+
+
+def test_forwards_first_with_a_limit_is_refused_with_the_numbers():
+    with pytest.raises(RulesError, match="forwards_first on rank 0 runs all 8 microbatches' forwards on "
+                                         "its 1 stage.s. before any backward, so it holds 8 activations, "
+                                         "but its in_flight limit is 4"):
+        Program(rules=Rules(forwards_first=True, in_flight="p - r")).schedule(ranks=4, microbatches=8)
+    with pytest.raises(RulesError, match=r"holds all 8 microbatches' activations before any backward: "
+                                         r"8 > memory cap 5"):
+        Program(rules=Rules(forwards_first=True, memory_cap=5.0)).schedule(ranks=4, microbatches=8)
+    from flexpipe_ui.ops import register_recompute
+    register_recompute()  # with recomputation the forwards keep nothing, so the same cap works
+    Program(rules=Rules(forwards_first=True, memory_cap=5.0), extra={"R": "all"}).schedule(ranks=4, microbatches=8)

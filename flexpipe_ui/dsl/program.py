@@ -97,12 +97,24 @@ class Program:
                     raise RulesError(f"{name} limit {lim}{src} on rank {r} is below the {v} stage(s) a "
                                      f"microbatch occupies on that rank, so no microbatch could ever "
                                      f"finish; use {name} >= {v}")
+                if lim is not None and rr.forwards_first and lim < v * microbatches:
+                    raise RulesError(f"forwards_first on rank {r} runs all {microbatches} microbatches' "
+                                     f"forwards on its {v} stage(s) before any backward, so it holds "
+                                     f"{v * microbatches} activations, but its {name} limit is {lim}; "
+                                     f"drop forwards_first or the limit (or use fewer microbatches)")
                 lims.append(lim)
             limits.append(tuple(lims))
             if rr.memory_cap is not None:
-                need = _one_microbatch(place, r, costs, rr, self.extra)
+                static, run, keep = _one_microbatch(place, r, costs, rr, self.extra)
+                need = static + run
+                if rr.forwards_first:
+                    all_fwd = static + (microbatches - 1) * keep + run
+                    if rr.memory_cap < all_fwd - 1e-9:
+                        raise RulesError(f"forwards_first on rank {r} holds all {microbatches} "
+                                         f"microbatches' activations before any backward: {all_fwd:g} > "
+                                         f"memory cap {rr.memory_cap:g}; drop forwards_first, raise the "
+                                         f"cap or add recomputation (extra={{'R': 'all'}})")
                 if rr.memory_cap < need - 1e-9:
-                    static = float(sum(costs.mem[s] for s, x in enumerate(place) if x == r))
                     raise RulesError(f"memory cap {rr.memory_cap:g} on rank {r} is below what one "
                                      f"microbatch needs there: static {static:g} + activations "
                                      f"{need - static:g} = {need:g}; raise the cap to >= {need:g}, add "
@@ -186,17 +198,20 @@ def program_from_source(text: str) -> "Program":
     return prog
 
 
-def _one_microbatch(place, r, costs, rr, extra) -> float:
-    """Static memory of rank r + the activations one microbatch holds on all its stages at once."""
-    total = 0.0
+def _one_microbatch(place, r, costs, rr, extra) -> tuple[float, float, float]:
+    """(static memory of rank r, activations one microbatch needs there while its forwards run,
+    activations it keeps after them — 0 where recomputed)."""
+    static = run = keep = 0.0
+    f = get_kind("F")
     for s, x in enumerate(place):
         if x != r:
             continue
-        total += float(costs.mem[s])
-        f = get_kind("F")
-        start = f.mem_start
+        static += float(costs.mem[s])
+        start, end = f.mem_start, f.mem_end
         for name, where in extra.items():
             if where == "all" or s in where:
-                start += get_kind(name).adjust.get("F", (0.0, 0.0))[0]
-        total += float(costs.act[s]) * max(start, 0.0)
-    return total
+                ds, de = get_kind(name).adjust.get("F", (0.0, 0.0))
+                start, end = start + ds, end + de
+        run += float(costs.act[s]) * max(start, 0.0)
+        keep += float(costs.act[s]) * max(start + end, 0.0)
+    return static, run, keep
