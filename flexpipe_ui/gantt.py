@@ -20,12 +20,18 @@ import numpy as np
 from .problem import StageCosts
 from .timeline import Metrics, Timeline, compute_metrics, memory_events
 
-__all__ = ["gantt_figure", "gantt_traces", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
+__all__ = ["gantt_figure", "gantt_traces", "WEBGL_LIMIT", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
            "memory_at", "GanttError", "LABEL_LIMIT"]
 
 LABEL_LIMIT = 4000
 """Above this many bars, microbatch labels are off by default ("auto"): they cannot be read at that
 density and text layout is the slowest part of plotly's bar drawing."""
+
+WEBGL_LIMIT = 4000
+"""Above this many bars ``render="auto"`` draws WebGL: each kind is one ``scattergl`` of thick line
+segments plus one of (nearly invisible) markers at the bar centres that carry the hover. Measured on
+16 × 128 ZB-V (12,288 bars) in Chromium here: SVG bars take ~1.4 s of main thread per plot, WebGL
+~0.2 s (``benchmarks/bench_ui.py``)."""
 
 IDLE_COLOR = "rgba(160,160,160,0.18)"
 
@@ -147,7 +153,8 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                  memory_limit: float | None = None, metrics: Metrics | None = None,
                  baseline: Any = None, labels: bool | str = "auto", memory: bool = True,
                  idle: bool = True, highlight: Sequence[str] = (), height: int | None = None,
-                 width: int | None = None, x_range: tuple[float, float] | None = None):
+                 width: int | None = None, x_range: tuple[float, float] | None = None,
+                 render: str = "auto"):
     """A plotly ``Figure`` of ``timeline`` (a ``Timeline`` or a ``SimResult``).
 
     ``costs`` enables the memory panels and memory in hover; ``metrics`` (computed if omitted) and
@@ -155,6 +162,8 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     the title; ``memory_limit`` draws the cap. ``labels`` puts the microbatch number on each bar
     ("auto": when there are at most ``LABEL_LIMIT`` bars). ``highlight`` outlines actions by name
     (e.g. a ``ScheduleError``'s ``actions``). ``x_range`` fixes the time axis (shared comparisons).
+    ``render``: "svg" (bars), "webgl" (segments, for big schedules) or "auto" (webgl above
+    ``WEBGL_LIMIT`` bars).
     """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -166,6 +175,9 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         metrics = compute_metrics(tl, costs)
     n = len(tl.actions)
     show_labels = (n <= LABEL_LIMIT) if labels == "auto" else bool(labels)
+    if render not in ("auto", "svg", "webgl"):
+        raise GanttError(f"render must be 'auto', 'svg' or 'webgl', got {render!r}")
+    webgl = render == "webgl" or (render == "auto" and n > WEBGL_LIMIT)
     R = tl.ranks
     with_mem = bool(memory and costs is not None and n and R)
     rows = 1 + (R if with_mem else 0)
@@ -180,8 +192,9 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     total_h = height or (gantt_h + (mem_h * R + 20 if with_mem else 0) + 60)
 
     mem_now, curves = (memory_at(tl, costs) if costs is not None and n else (np.zeros(n), []))
+    lane_px = (gantt_h - 60) / max(R, 1)
     for tr in gantt_traces(tl, mem_now if costs is not None else None, labels=show_labels, idle=idle,
-                           highlight=highlight):
+                           highlight=highlight, webgl=webgl, lane_px=lane_px):
         fig.add_trace(tr, row=1, col=1)
 
     if with_mem:
@@ -190,10 +203,11 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         low = min(min((float(v.min()) for _, v in curves), default=0.0), memory_limit or np.inf)
         span = max(peak - low, 1e-9)
         bottom, top = max(0.0, low - 0.15 * span), peak + 0.1 * span
+        line_cls = go.Scattergl if webgl else go.Scatter   # 16 SVG panels of ~1.5k steps cost ~1 s
         for r, (times, vals) in enumerate(curves):
             x, y = _step_xy(times, vals, tl.makespan)
             over = memory_limit is not None and float(vals.max()) > memory_limit + 1e-9
-            fig.add_trace(go.Scatter(
+            fig.add_trace(line_cls(
                 x=x, y=y, mode="lines", line=dict(shape="hv", width=1.2,
                                                   color="#d62728" if over else "#444"),
                 name=f"memory rank {r}",
@@ -211,7 +225,7 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     else:
         fig.update_xaxes(title_text="time", row=1, col=1)
 
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(R)),
+    fig.update_yaxes(range=[R - 0.5, -0.5], tickmode="array", tickvals=list(range(R)),
                      ticktext=[f"rank {r}" for r in range(R)], row=1, col=1)
     if x_range is not None:
         fig.update_xaxes(range=list(x_range))
@@ -228,12 +242,18 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
 
 def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool = True,
                  idle: bool = True, highlight: Sequence[str] = (), legendgroup_prefix: str = "",
-                 showlegend: bool = True, yaxis_label: str = "rank") -> list:
+                 showlegend: bool = True, yaxis_label: str = "rank", webgl: bool = False,
+                 lane_px: float = 22.0) -> list:
     """The bar traces of one Gantt: an "idle" trace and one trace per kind (never one per bar).
 
     ``memory`` (per action, e.g. from ``memory_at``) adds memory to the hover text; ``highlight``
-    outlines actions by name in red. Used by ``gantt_figure`` and by side-by-side comparisons.
+    outlines actions by name in red. ``webgl`` draws segments ``lane_px`` thick instead of bars
+    (see ``WEBGL_LIMIT``). Used by ``gantt_figure`` and by side-by-side comparisons.
     """
+    if webgl:
+        return _webgl_traces(tl, memory, idle=idle, highlight=highlight, showlegend=showlegend,
+                             legendgroup_prefix=legendgroup_prefix, yaxis_label=yaxis_label,
+                             lane_px=lane_px)
     import plotly.graph_objects as go
 
     n = len(tl.actions)
@@ -272,6 +292,57 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
             insidetextanchor="middle", textangle=0, textfont=dict(size=10, color="white"),
             legendgroup=legendgroup_prefix + kind.name, showlegend=showlegend,
             customdata=cd, hovertemplate=hover + f"<extra>{yaxis_label} %{{y}}</extra>"))
+    return out
+
+
+def _segments(start: np.ndarray, end: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x, y of one polyline drawing each interval as its own segment (NaN breaks between)."""
+    gap = np.full(len(start), np.nan)
+    return (np.stack([start, end, gap], axis=1).ravel(),
+            np.stack([rank.astype(float), rank.astype(float), gap], axis=1).ravel())
+
+
+def _webgl_traces(tl: Timeline, memory, *, idle, highlight, showlegend, legendgroup_prefix,
+                  yaxis_label, lane_px) -> list:
+    import plotly.graph_objects as go
+
+    names = np.array([str(a) for a in tl.actions], dtype=object)
+    kind_names = np.array([a.kind.name for a in tl.actions], dtype=object)
+    mbs = np.array([a.microbatch for a in tl.actions])
+    stages = np.array([a.stage for a in tl.actions])
+    mem_now = memory if memory is not None else np.zeros(len(names))
+    width = max(1.0, 0.8 * lane_px)
+    out = []
+    if idle and len(names):
+        ir, is_, ie = idle_intervals(tl)
+        if len(ir):
+            x, y = _segments(is_, ie, ir)
+            out.append(go.Scattergl(x=x, y=y, mode="lines", name="idle", hoverinfo="skip",
+                                    line=dict(color=IDLE_COLOR, width=width), showlegend=showlegend,
+                                    legendgroup=legendgroup_prefix + "idle"))
+    hover = ("<b>%{customdata[0]}</b> (stage %{customdata[4]}, mb %{customdata[5]})<br>"
+             "start %{customdata[1]:.4g} · end %{customdata[2]:.4g}")
+    if memory is not None:
+        hover += "<br>memory %{customdata[3]:.4g}"
+    for kind in dict.fromkeys(a.kind for a in tl.actions):
+        sel = kind_names == kind.name
+        start, end, rank = tl.start[sel], tl.end[sel], tl.rank[sel]
+        x, y = _segments(start, end, rank)
+        group = legendgroup_prefix + kind.name
+        out.append(go.Scattergl(x=x, y=y, mode="lines", name=f"{kind.name} ({kind.description or kind.role})",
+                                line=dict(color=kind.color, width=width), hoverinfo="skip",
+                                legendgroup=group, showlegend=showlegend))
+        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel], mbs[sel]], axis=1)
+        out.append(go.Scattergl(x=(start + end) / 2, y=rank, mode="markers", showlegend=False,
+                                marker=dict(color=kind.color, size=max(3.0, 0.5 * width), opacity=0.01),
+                                customdata=cd, legendgroup=group, name=kind.name,
+                                hovertemplate=hover + f"<extra>{yaxis_label} %{{y}}</extra>"))
+    hl = list(dict.fromkeys(map(str, highlight)))
+    if hl:
+        sel = np.isin(names, hl)
+        x, y = _segments(tl.start[sel], tl.end[sel], tl.rank[sel])
+        out.append(go.Scattergl(x=x, y=y, mode="lines", name="highlighted", hoverinfo="skip",
+                                line=dict(color="#ff0000", width=max(1.0, width * 0.35))))
     return out
 
 

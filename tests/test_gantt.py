@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from flexpipe_ui import Schedule, Timeline, simulate, uniform_costs
-from flexpipe_ui.gantt import (LABEL_LIMIT, GanttError, gantt_figure, gantt_title, idle_intervals,
+from flexpipe_ui.gantt import (LABEL_LIMIT, WEBGL_LIMIT, GanttError, gantt_figure, gantt_title, idle_intervals,
                                memory_at)
 from flexpipe_ui.torch_interop import import_torch_schedule
 
@@ -70,14 +70,28 @@ def test_speedup_in_title():
     assert gantt_title(zbv.metrics, baseline=117.0).endswith(f"{117 / 99.5:.3f}× vs baseline")
 
 
-def test_big_schedule_stays_few_traces_and_drops_labels():
+def test_big_schedule_is_webgl_with_few_traces():
     res = simulate(import_torch_schedule("zb-v", 16, 128))
     n = len(res.timeline.actions)
-    assert n >= 12000 > LABEL_LIMIT
-    fig = gantt_figure(res)
-    assert len(fig.data) <= 3 + 1 + 16  # F, I, W + idle + one memory line per rank
-    assert all(t.textposition == "none" for t in _bars(fig))
-    assert sum(len(t.base) for t in _bars(fig)) == n
+    assert n >= 12000 > WEBGL_LIMIT
+    fig = gantt_figure(res, highlight=["5I7"])
+    assert len(fig.data) <= 1 + 2 * 3 + 1 + 16  # idle + (segments, hover markers) per kind + highlight + memory
+    gl = [t for t in fig.data if t.type == "scattergl"]
+    markers = [t for t in gl if t.mode == "markers"]
+    assert sum(len(t.x) for t in markers) == n     # every action hoverable
+    for t in markers:
+        kind = t.name
+        sel = np.array([a.kind.name == kind for a in res.timeline.actions])
+        np.testing.assert_allclose(np.asarray(t.x, float), (res.timeline.start[sel] + res.timeline.end[sel]) / 2)
+    segs = [t for t in gl if t.mode == "lines" and t.name.startswith("F ")][0]
+    sel = np.array([a.kind.name == "F" for a in res.timeline.actions])
+    np.testing.assert_allclose(np.asarray(segs.x, float)[0::3], res.timeline.start[sel])
+    np.testing.assert_allclose(np.asarray(segs.x, float)[1::3], res.timeline.end[sel])
+    hl = [t for t in gl if t.name == "highlighted"][0]
+    assert list(np.asarray(hl.x, float)[:2]) == list(res.timeline.of("5I7"))
+    small = gantt_figure(simulate(import_torch_schedule("gpipe", 2, 2)), render="webgl")
+    assert any(t.type == "scattergl" for t in small.data)
+    assert all(t.type != "scattergl" for t in gantt_figure(res, render="svg", memory=False).data)
 
 
 def test_measured_timeline_and_highlight():
