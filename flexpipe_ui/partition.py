@@ -180,8 +180,8 @@ def _split_score(problem: Problem, part, placement, infl, limit):
             round(float((st * st).sum()), 9)), rl
 
 
-def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, limit, rounds: int = 16,
-                        patience: int = 4):
+def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, limit, rounds: int = 30,
+                        patience: int = 30):
     """Several stages per rank: re-solve the stage DP with per-stage weights (a stage may take
     work in proportion to its weight) that shrink on overloaded ranks and grow on idle ones, so
     e.g. a V placement gives the rank holding a heavy LM head a light first stage."""
