@@ -54,3 +54,44 @@ def test_timed_run_streams_measured_timelines():
         for k in "fbw":
             assert getattr(lp, k) <= getattr(lc, k) < getattr(lp, k) + 2.0, (k, lc)
     assert 0.0 <= cal.comm < 5.0
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_entry_point(tmp_path):
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.planfile import save_plan
+    from flexpipe_ui.problem import even_partition
+    import json
+    import os
+    import socket
+    sched = build_named("zb-v", None, ranks=2, microbatches=4).schedule
+    save_plan(Plan(sched, even_partition(6, sched.num_stages)), tmp_path / "plan.json")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-port", str(port), "-m", "kernel_runtime.worker",
+                          "--plan", str(tmp_path / "plan.json"), "--steps", "2", "--out", str(tmp_path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    assert [s["step"] for s in steps] == [0, 1] and all(s["loss"] > 0 for s in steps)
+    recs = [json.loads(l) for l in (tmp_path / "rank1.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and len(recs[0]["records"]) == len(sched.order[1])
+
+
+def test_gpu_check_guard_without_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: run scripts/gpu_check.sh")
+    out = subprocess.run([sys.executable, "-m", "kernel_runtime.gpu_check"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "GPU check skipped" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "kernel_runtime.gpu_check", "--require"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHON": sys.executable})
+    assert out.returncode == 1 and out.stdout.strip().endswith("gpu_check=fail")
