@@ -276,7 +276,7 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
     for kind in dict.fromkeys(a.kind for a in tl.actions):
         sel = kind_names == kind.name
         start, end = tl.start[sel], tl.end[sel]
-        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel]], axis=1)
+        cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel], tl.rank[sel]], axis=1)
         marked = np.isin(names[sel], hl) if hl else None
         line_w = np.where(marked, 3.0, 0.4) if hl else 0.4
         line_c = np.where(marked, "#ff0000", "white").tolist() if hl else "white"
@@ -284,14 +284,16 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
                  "start %{customdata[1]:.4g} · end %{customdata[2]:.4g} · dur %{x:.4g}")
         if memory is not None:
             hover += "<br>memory %{customdata[3]:.4g}"
+        # another stream (copy engine) overlaps compute: a thin bar at the bottom of the lane
+        y_off, bar_w = (0.0, 0.8) if kind.occupies_compute else (0.3, 0.2)
         out.append(go.Bar(
             name=f"{kind.name} ({kind.description or kind.role})", orientation="h",
-            base=start, x=end - start, y=tl.rank[sel], width=0.8,
+            base=start, x=end - start, y=tl.rank[sel] + y_off, width=bar_w,
             marker=dict(color=kind.color, line=dict(width=line_w, color=line_c)),
             text=mbs[sel].astype(str), textposition="inside" if labels else "none",
             insidetextanchor="middle", textangle=0, textfont=dict(size=10, color="white"),
             legendgroup=legendgroup_prefix + kind.name, showlegend=showlegend,
-            customdata=cd, hovertemplate=hover + f"<extra>{yaxis_label} %{{y}}</extra>"))
+            customdata=cd, hovertemplate=hover + f"<extra>{yaxis_label} %{{customdata[5]}}</extra>"))
     return out
 
 

@@ -81,10 +81,12 @@ function render({ model, el }) {
     // bars
     const g = mk("g", { class: "fp-bars" }, svg);
     const byRank = Array.from({ length: R }, () => []);
-    const h = laneH - 6;
     for (let i = 0; i < n; i++) {
       const r = bars.rank[i], s = bars.start[i], e = bars.end[i];
-      const x = sx(s), w = Math.max(1, sx(e) - sx(s)), y = top + r * laneH + 3;
+      const side = bars.side ? bars.side[i] : 0;
+      const x = sx(s), w = Math.max(1, sx(e) - sx(s));
+      const y = top + r * laneH + (side ? laneH - 9 : 3);
+      const h = side ? 7 : laneH - 6;
       const name = bars.name[i];
       const cls = "fp-bar" + (hl.has(name) ? " fp-bad" : "") + (name === sel ? " fp-sel" : "");
       const rect = mk("rect", { x, y, width: w, height: h, fill: bars.color[i], class: cls,
@@ -92,7 +94,7 @@ function render({ model, el }) {
       const tip = mk("title", {}, rect);
       tip.textContent = `${name} (stage ${bars.stage[i]}, mb ${bars.label[i]})\nstart ${fmt(s)} · end ${fmt(e)}` +
         (bars.mem ? `\nmemory ${fmt(bars.mem[i])}` : "");
-      if (w >= 9 && n <= 4000) {
+      if (w >= 9 && n <= 4000 && !side) {
         const lb = mk("text", { x: x + w / 2, y: y + h / 2 + 3.5, "text-anchor": "middle", class: "fp-label" }, g);
         lb.textContent = bars.label[i];
       }

@@ -56,6 +56,8 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
         "label": [str(a.microbatch) for a in tl.actions],
         "stage": [a.stage for a in tl.actions],
         "index": [int(p) for p in positions],
+        # actions on another stream (a copy engine: offload/reload) overlap compute: drawn thin, low
+        "side": [0 if a.kind.occupies_compute else 1 for a in tl.actions],
     }
     memory = []
     if costs is not None and n:
