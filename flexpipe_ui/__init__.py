@@ -15,15 +15,26 @@ from .validate import ScheduleError, render_grid, validate
 __version__ = "0.1.0"
 
 
+_LAZY = {
+    # name -> submodule; loaded on first use so `import flexpipe_ui` stays cheap and torch-free
+    "auto": "search", "auto_search": "search",
+    "build_named": "library", "list_named": "library", "NAMED": "library",
+    "Program": "dsl", "Rules": "dsl", "looped": "dsl", "vshape": "dsl", "wave": "dsl",
+    "explicit": "dsl", "hand": "dsl", "hand_plan": "dsl",
+    "Move": "edits", "Swap": "edits", "Insert": "edits", "Remove": "edits", "PinBefore": "edits",
+    "apply_edit": "edits", "replay": "edits", "undo": "edits",
+    "balanced_partition": "partition",
+    "gantt_figure": "gantt",
+}
+
+
 def __getattr__(name: str):
-    # Heavier parts load on first use, so `import flexpipe_ui` stays cheap and torch/Jupyter-free.
-    if name in ("auto", "auto_search"):
-        from . import search
-        return getattr(search, name)
-    if name in ("build_named", "list_named"):
-        from . import library
-        return getattr(library, name)
-    if name in ("gantt_figure",):
-        from . import gantt
-        return getattr(gantt, name)
-    raise AttributeError(f"module 'flexpipe_ui' has no attribute {name!r}")
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'flexpipe_ui' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{mod}", __name__), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

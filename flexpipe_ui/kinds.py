@@ -162,8 +162,14 @@ def unregister_kind(name: str) -> None:
 
 
 def get_kind(name: str) -> Kind:
+    reg = _registry()
+    if name not in reg:
+        # the example kinds shipped with the package (recompute R, offload OFF/LOAD) register on
+        # first use, so a plan file that names them loads in a fresh process
+        from .ops import register_known
+        register_known({name})
     try:
-        return _registry()[name]
+        return reg[name]
     except KeyError:
         raise KindError(
             f"unknown kind {name!r}; known: {', '.join(sorted(_registry()))} "

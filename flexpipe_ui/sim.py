@@ -126,6 +126,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     cap = n + 2
     check_at = 8 * g.n_lanes + 64
     positive = bool(n == 0 or dur.min() > 0)
+    validated = bool(sched.__dict__.get("_valid"))
     rounds = 0
     while True:
         rounds += 1
@@ -137,24 +138,27 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         if np.array_equal(new_end, end):
             break
         end = new_end
-        if rounds == check_at or rounds > cap:
+        if (rounds == check_at and not validated) or rounds > cap:
             d = deadlock_problem(g)
             if d is not None:
                 raise ScheduleError("invalid schedule", [d], sched)
             if rounds > cap:  # pragma: no cover - cannot happen on an acyclic graph
                 raise AssertionError("simulator did not converge on an acyclic schedule")
-    if not positive and not sched.__dict__.get("_valid"):
+    if not positive and not validated:
         # zero-duration cycles can reach a fixpoint: ask the validator's Kahn pass
         d = deadlock_problem(g)
         if d is not None:
             raise ScheduleError("invalid schedule", [d], sched)
-    # exact start = max(ready, previous end on the lane) from the converged ends
+    # start = max(ready, previous end on the lane), from the same converged ends that later
+    # actions read: a free at t and an allocation by the action that starts at t then share the
+    # exact same float, so memory peaks are not inflated by one-ulp gaps (end - start may differ
+    # from the duration by an ulp; with dyadic costs everything is exact)
     prev_end = np.zeros(g.n_lanes * width)
     prev_end[flat] = end
     prev_end = np.concatenate([np.zeros((g.n_lanes, 1)), prev_end.reshape(g.n_lanes, width)[:, :-1]],
                               axis=1).ravel()[flat]
     start = np.maximum(ready, prev_end)
-    end = start + dur
+    end = np.maximum(end, start)
     tl = Timeline(sched.ranks, g.actions, g.rank, start, end, "simulated", sched)
     m = compute_metrics(tl, costs) if metrics else None
     return SimResult(tl, m, costs, rounds)
