@@ -140,3 +140,17 @@ def test_random_costs_match_a_plain_event_loop(p, m):
                 ptr[r] += 1
     for a in res.timeline.actions:
         assert res.timeline.of(a)[1] == pytest.approx(ends[str(a)], abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_false_memory_peak_from_float_rounding(seed):
+    """A free at t and the allocation of the action starting at t must coincide exactly."""
+    rng = np.random.default_rng(seed)
+    p, m = 4, 64
+    layers = tuple(Layer(f=float(rng.uniform(0.1, 1)), b=float(rng.uniform(0.1, 1)),
+                         w=float(rng.uniform(0.1, 1)), act=1.0) for _ in range(p))
+    res = simulate(Plan(onef1b(p, m), tuple((i,) for i in range(p))),
+                   Problem(ranks=p, microbatches=m, layers=layers, comm=0.013))
+    assert res.metrics.peak_activation == tuple(float(p - r) for r in range(p))
+    tl = res.timeline
+    assert np.allclose(tl.end - tl.start, res.timeline.end - res.timeline.start)
