@@ -75,3 +75,33 @@ def auto_plan(problem) -> Plan:
     from flexpipe_ui.search import auto
     plan = auto(problem, time_limit=2.0)
     return plan.with_meta(name="auto")
+
+
+def random_schedule(p: int, m: int, placement: tuple[int, ...], split: bool, seed: int) -> Schedule:
+    """A random valid order: ranks take turns at random, each appending a random ready action.
+
+    Ready means its dependencies are done, so the order is deadlock-free; microbatches are
+    consumed out of the order they were sent in, which exercises the receive windows.
+    """
+    import random
+    rng = random.Random(seed)
+    S = len(placement)
+    bwd = "I" if split else "B"
+    todo = {(s, k, mb) for s in range(S) for mb in range(m) for k in (("F", "I", "W") if split else ("F", "B"))}
+    done: set = set()
+
+    def ready(s, k, mb):
+        if k == "F":
+            return s == 0 or (s - 1, "F", mb) in done
+        if k in ("I", "B"):
+            return (s, "F", mb) in done and (s == S - 1 or (s + 1, bwd, mb) in done)
+        return (s, "I", mb) in done
+
+    rows = [[] for _ in range(p)]
+    while todo:
+        cands = [a for a in todo if ready(*a)]
+        s, k, mb = rng.choice(cands)
+        todo.discard((s, k, mb))
+        done.add((s, k, mb))
+        rows[placement[s]].append(f"{s}{k}{mb}")
+    return Schedule.from_rows(rows, m, placement)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plans import auto_plan, library_plans  # noqa: E402
+from plans import auto_plan, library_plans, random_schedule  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-STEPS = 2
+STEPS = 3
 TOL = 1e-10
 
 
@@ -45,6 +45,15 @@ def test_plans_match_reference(ranks, microbatches, reference):
     assert {"gpipe", "1f1b", "zb-v"} <= set(plans) or len(plans) >= 6, sorted(plans)
     problem = demo_gpt_problem(spec, ranks=ranks, microbatches=microbatches)
     plans["auto"] = auto_plan(problem)
+    # random valid orders on looped and V placements: arbitrary interleavings must not deadlock
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.problem import even_partition
+    S = 2 * ranks
+    looped = tuple(s % ranks for s in range(S))
+    vee = tuple(range(ranks)) + tuple(reversed(range(ranks)))
+    for k, (place, split) in enumerate([(looped, True), (vee, True), (looped, False)]):
+        sched = random_schedule(ranks, microbatches, place, split, seed=100 * ranks + k)
+        plans[f"random-{k}"] = Plan(sched, even_partition(spec.num_layers, S), {"name": f"random-{k}"})
     names = list(plans)
     h = launch([plans[n] for n in names], model=spec, steps=STEPS, seed=3, lr=0.05, dtype="float64",
                capture_grads=True, timeout=60)
