@@ -63,29 +63,6 @@ def kernel_side(n: int = 40) -> tuple[float, float, int]:
         return (*_stats(times), d.plan.schedule.num_actions)
 
 
-_PAGE = """<!doctype html><html><body style="margin:0;width:1300px">
-<style>{css}</style><div id="host" style="width:1280px"></div>
-<script type="module">
-{js}
-const listeners = {{}};
-const state = {{data: {{}}, highlight: [], selected: ""}};
-const model = {{
-  get: (k) => state[k],
-  set: (k, v) => {{ state[k] = v; (listeners["change:" + k] || []).forEach((f) => f()); }},
-  on: (ev, f) => {{ (listeners[ev] = listeners[ev] || []).push(f); }},
-  save_changes: () => {{}},
-}};
-window.__fp_render({{model, el: document.getElementById("host")}});
-window.__fp_draw = async (data) => {{
-  const t0 = performance.now();
-  model.set("data", data);
-  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
-  return performance.now() - t0;
-}};
-window.__fp_ready = true;
-</script></body></html>"""
-
-
 def _packed(ranks: int, mbs: int) -> dict:
     from flexpipe_ui import simulate
     from flexpipe_ui.library import build_named
@@ -105,13 +82,9 @@ def browser_side(chromium: str, out: Path) -> dict:
     from flexpipe_ui.gantt import gantt_figure
     from flexpipe_ui.library import build_named
     from flexpipe_ui.presets import preset
-    from flexpipe_ui.widgets.gantt_editor import _CSS
-    from labserver import LAUNCH_ARGS
+    from labserver import LAUNCH_ARGS, editor_test_page
 
-    js = (ROOT / "flexpipe_ui" / "widgets" / "gantt_editor.js").read_text()
-    js = js.replace("export default { render };", "window.__fp_render = render;")
-    page_path = out / "editor_bench.html"
-    page_path.write_text(_PAGE.format(css=_CSS, js=js))
+    page_path = editor_test_page(out / "editor_bench.html")
     big = preset("gpt", ranks=16, microbatches=128)
     res = simulate(build_named("zb-v", big), big)
     html = out / "gantt_16x128.html"

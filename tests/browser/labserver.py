@@ -99,3 +99,40 @@ def drag_bar(page, name: str, to_x: float, steps: int = 10) -> None:
         page.mouse.move(x + (to_x - x) * k / steps, y)
         time.sleep(0.02)
     page.mouse.up()
+
+
+_PAGE = """<!doctype html><html><body style="margin:0;width:1300px">
+<style>{css}</style><div id="host" style="width:1280px"></div>
+<script type="module">
+{js}
+const listeners = {{}};
+const state = {{data: {{}}, highlight: [], selected: "", drop: {{}}, command: {{}}, rendered: -1,
+               frontend_latency_ms: -1}};
+window.__fp_sets = [];
+const model = {{
+  get: (k) => state[k],
+  set: (k, v) => {{ state[k] = v; window.__fp_sets.push([k, v]);
+                    (listeners["change:" + k] || []).forEach((f) => f()); }},
+  on: (ev, f) => {{ (listeners[ev] = listeners[ev] || []).push(f); }},
+  save_changes: () => {{}},
+}};
+window.__fp_model = model;
+window.__fp_render({{model, el: document.getElementById("host")}});
+window.__fp_draw = async (data) => {{
+  const t0 = performance.now();
+  model.set("data", data);
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t0;
+}};
+window.__fp_ready = true;
+</script></body></html>"""
+
+
+def editor_test_page(path: Path) -> Path:
+    """A plain page running the editor's ES module on a fake anywidget model (no Jupyter):
+    ``window.__fp_draw(data)`` draws and returns ms; ``window.__fp_sets`` records ``model.set``."""
+    from flexpipe_ui.widgets.gantt_editor import _CSS
+    js = (ROOT / "flexpipe_ui" / "widgets" / "gantt_editor.js").read_text()
+    js = js.replace("export default { render };", "window.__fp_render = render;")
+    path.write_text(_PAGE.format(css=_CSS, js=js))
+    return path
