@@ -138,15 +138,21 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     base &= i[None] >= np.arange(num_stages)[:, None, None]
     seg_mem = (pm[j] - pm[i])[None] + infl[:, None, None] * (pa[j] - pa[i])[None]
 
-    def solve(caps: np.ndarray | None, weights: np.ndarray | None = None):
-        feas = base if caps is None else base & (seg_mem <= caps[:, None, None] + _EPS)
+    masks: dict = {}
+
+    def solve(caps: np.ndarray | None, weights: np.ndarray | None = None, spread: bool = True):
+        key = None if caps is None else caps.tobytes()
+        feas = masks.get(key)
+        if feas is None:
+            feas = masks[key] = base if caps is None else base & (seg_mem <= caps[:, None, None] + _EPS)
         c = cost if weights is None else cost / weights[:, None, None]
         first = _dp(c, feas, num_stages, None)
         if first is None:
             return None
-        bott, _ = first
-        second = _dp(c, feas, num_stages, bott * (1 + 1e-9) + _EPS)
-        bounds = second[1] if second is not None else first[1]
+        bott, bounds = first
+        if spread:
+            second = _dp(c, feas, num_stages, bott * (1 + 1e-9) + _EPS)
+            bounds = second[1] if second is not None else bounds
         return _bounds_to_partition(bounds)
 
     if limit is None:
@@ -164,8 +170,10 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     assert part is not None
     if refine and len(set(placement)) < num_stages:
         caps = None if limit is None else np.full(num_stages, float(limit))
-        part = _reweight_for_ranks(solve, caps, problem, part, placement, infl, limit)
-        part = refine_for_ranks(problem, part, placement, inflight=infl, memory_limit=limit)
+        # local search from both the per-stage optimum and the rank-reweighted split: keep the better
+        starts = [part, _reweight_for_ranks(solve, caps, problem, part, placement, infl, limit)]
+        ends = [refine_for_ranks(problem, x, placement, inflight=infl, memory_limit=limit) for x in starts]
+        part = min(ends, key=lambda x: _split_score(problem, x, placement, infl, limit)[0])
     return part
 
 
@@ -197,7 +205,7 @@ def _reweight_for_ranks(solve, caps, problem: Problem, part, placement, infl, li
             break
         wts = wts * (target / np.maximum(rl[place], 1e-12)) ** 0.7
         wts = wts / wts.mean()
-        cand = solve(caps, wts)
+        cand = solve(caps, wts, spread=False)  # only the rank loads matter here
         if cand is None:
             break
         sc, rl = _split_score(problem, cand, placement, infl, limit)
@@ -262,24 +270,24 @@ def rank_loads(problem: Problem, partition, placement) -> np.ndarray:
 
 
 def refine_for_ranks(problem: Problem, partition, placement, *, inflight=None,
-                     memory_limit: float | None = None, max_moves: int = 200) -> tuple[tuple[int, ...], ...]:
-    """Move single stage boundaries by one layer while (memory overflow, max rank load, max stage,
-    spread) improves, in that order.
+                     memory_limit: float | None = None, max_moves: int = 200,
+                     span: int = 4) -> tuple[tuple[int, ...], ...]:
+    """Local search on the split: shift a run of up to ``span`` consecutive boundaries by one layer
+    (which moves one layer from a stage to another ``span`` stages away, the stages between keeping
+    their sizes) while (memory overflow, rank loads sorted high to low, max stage, spread) improves.
 
-    Used when a rank holds several stages, where per-stage balance does not imply per-rank balance,
-    and to repair a split whose ranks overflow ``memory_limit`` (estimate); a fitting split never
-    moves to one that overflows.
+    Comparing the whole sorted load vector, not only its maximum, lets the search cross plateaus
+    where several ranks tie for the maximum. Used when a rank holds several stages, where per-stage
+    balance does not imply per-rank balance, and to repair a split whose ranks overflow
+    ``memory_limit`` (estimate); a fitting split never moves to one that overflows.
     """
-    work, _, _ = _layer_arrays(problem)
-    pw = np.r_[0.0, np.cumsum(work)]
+    work, act, mem = _layer_arrays(problem)
+    pw, pa, pm = np.r_[0.0, np.cumsum(work)], np.r_[0.0, np.cumsum(act)], np.r_[0.0, np.cumsum(mem)]
     sizes = [len(p) for p in partition]
     bounds = np.r_[0, np.cumsum(sizes)].astype(int)
     place = np.asarray(placement)
     S = len(sizes)
     infl = _inflight_array(inflight, S, problem)
-
-    _, act, mem = _layer_arrays(problem)
-    pa, pm = np.r_[0.0, np.cumsum(act)], np.r_[0.0, np.cumsum(mem)]
 
     def score(b):
         st = pw[b[1:]] - pw[b[:-1]]
@@ -289,20 +297,22 @@ def refine_for_ranks(problem: Problem, partition, placement, *, inflight=None,
             sm = pm[b[1:]] - pm[b[:-1]] + infl * (pa[b[1:]] - pa[b[:-1]])
             rm = np.bincount(place, weights=sm, minlength=problem.ranks)
             over = float(np.maximum(rm - memory_limit, 0.0).sum())
-        return (round(over, 9), round(rl.max(), 9), round(st.max(), 9), round(float((st * st).sum()), 9))
+        return (round(over, 9), tuple(np.round(np.sort(rl)[::-1], 9)), round(float(st.max()), 9),
+                round(float((st * st).sum()), 9))
 
     cur = score(bounds)
     for _ in range(max_moves):
         improved = False
-        for k in range(1, S):
-            for d in (-1, 1):
-                nb = bounds.copy()
-                nb[k] += d
-                if not (nb[k - 1] < nb[k] < nb[k + 1]):
-                    continue
-                sc = score(nb)
-                if sc < cur:
-                    bounds, cur, improved = nb, sc, True
+        for k1 in range(1, S):
+            for k2 in range(k1, min(S - 1, k1 + span - 1) + 1):
+                for d in (-1, 1):
+                    nb = bounds.copy()
+                    nb[k1:k2 + 1] += d
+                    if nb[k1] <= nb[k1 - 1] or nb[k2] >= nb[k2 + 1]:
+                        continue
+                    sc = score(nb)
+                    if sc < cur:
+                        bounds, cur, improved = nb, sc, True
         if not improved:
             break
     return _bounds_to_partition(bounds.tolist())

@@ -8,7 +8,8 @@ Phases (each candidate is pruned when its lower bound cannot beat the incumbent)
    bound first; **sweep** — the whole rule grid on the best structure, its six best rule sets on
    the runner-up;
 3. **repair** — candidates over the memory cap are re-split with the per-stage in-flight counts
-   measured on their own simulation, and retried with in-flight / memory-cap rules and recompute;
+   measured on their own simulation, and retried with in-flight / memory-cap rules and recompute
+   (before the sweep when memory binds: something faster than the best fitting plan overflowed);
 4. **refine** — hill-climb on the best few: move one stage boundary of the busiest rank by one
    layer and rebuild the same program.
 
@@ -200,12 +201,14 @@ class _Search:
             self.consider(cands[i], force=force)
 
     # -- phases --------------------------------------------------------------------------------
-    def repair(self, make_variants) -> None:
-        """Re-split over-memory candidates with their measured in-flight counts; try rule variants."""
+    def repair(self, make_variants, max_evals: int = 100) -> None:
+        """Re-split over-memory candidates with their measured in-flight counts; try rule variants
+        (about ``max_evals`` simulations at most: checked between candidates)."""
         limit = self.problem.memory_limit
         if limit is None:
             return
         done: set = set()
+        self._repair_stop = len(self.scored) + max_evals
         for _ in range(3):  # variants that overshoot again get another round (tighter caps)
             fresh = [sc for sc in sorted(self.over, key=lambda sc: sc[0].makespan) if id(sc[0]) not in done]
             # programs that overshot their own cap first (one tighter cap fixes most), then a few seeds
@@ -219,7 +222,7 @@ class _Search:
 
     def _repair_round(self, todo, make_variants, limit) -> None:
         for s, c in todo:
-            if self.out_of_budget():
+            if self.out_of_budget() or len(self.scored) >= self._repair_stop:
                 return
             infl = stage_inflight(s.result)
             try:
@@ -231,7 +234,7 @@ class _Search:
                 self.consider(c.moved(part, _base(c.description) + ", memory-aware split (measured in-flight)"),
                               force=True)
             for v in make_variants(c, s):
-                if self.out_of_budget():
+                if self.out_of_budget() or len(self.scored) >= self._repair_stop:
                     return
                 self.consider(v, force=self.best is None)
 
@@ -356,22 +359,32 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
     chunks = tuple(opts.get("chunks", (1, 2, 3, 4)))
     structs = sp.structures(problem, chunks, parts) if sp.dsl_available() else []
     S.run_list(sp.program_candidates(problem, only=structs))
-    S.phase = "sweep"
-    top2 = _best_structures(S, structs, 2)
-    first = sp.program_candidates(problem, only=top2[:1], rules=sp.all_rules)
-    S.run_list(first)
-    if len(top2) > 1:
-        # the runner-up structure gets only the six rule sets that did best on the winner
-        ranked = sorted((s for s in S.scored if "_rules" in s.knobs and s.knobs.get("key") in
-                         {c.knobs["key"] for c in first}), key=lambda s: s.score)
-        rules = [s.knobs["_rules"] for s in ranked[:6]]
-        S.run_list(sp.program_candidates(problem, only=top2[1:], rules=lambda problem, pl: rules))
-    S.phase = "repair"
-    S.repair(lambda c, s: sp.memory_variants(problem, c, s))
-    if problem.memory_limit is not None and sp.recompute_kind() is not None:
-        # memory may bind even when the capped list scheduler fits: try recompute on the best
-        # structures too (pruned by a bound that charges the re-run forwards)
-        S.run_list(sp.recompute_candidates(problem, _best_structures(S, structs, 2)))
+    def sweep() -> None:
+        S.phase = "sweep"
+        top2 = _best_structures(S, structs, 2)
+        first = sp.program_candidates(problem, only=top2[:1], rules=sp.all_rules)
+        S.run_list(first)
+        if len(top2) > 1:
+            # the runner-up structure gets only the six rule sets that did best on the winner
+            keys = {c.knobs["key"] for c in first}
+            ranked = sorted((s for s in S.scored if s.knobs.get("key") in keys and "_rules" in s.knobs),
+                            key=lambda s: s.score)
+            rules = [s.knobs["_rules"] for s in ranked[:6]]
+            S.run_list(sp.program_candidates(problem, only=top2[1:], rules=lambda problem, pl: rules))
+
+    def repair() -> None:
+        S.phase = "repair"
+        S.repair(lambda c, s: sp.memory_variants(problem, c, s))
+        if problem.memory_limit is not None and sp.recompute_kind() is not None:
+            # memory may bind even when the capped list scheduler fits: try recompute on the best
+            # structures too (pruned by a bound that charges the re-run forwards)
+            S.run_list(sp.recompute_candidates(problem, _best_structures(S, structs, 2)))
+
+    # memory binds when something faster than the best fitting plan was over the cap: then
+    # repairing comes before sweeping rules
+    binds = bool(S.over) and min(sc.makespan for sc, _ in S.over) < S.incumbent
+    for phase in ((repair, sweep) if binds else (sweep, repair)):
+        phase()
     S.phase = "refine"
     S.refine()
     return _result(problem, S, top)

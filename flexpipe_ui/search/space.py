@@ -246,7 +246,7 @@ def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate
         return out
     depth = one_f_one_b_depth(pl)
     split = c.knobs.get("split", "?")
-    for infl in (depth, f"max(v, ({depth})//2)", "v"):
+    for infl in (depth, f"max(v, ({depth})//2)"):
         for backward, prio, wp in (("split", ("I", "F", "W"), "eager"), ("fused", ("B", "F"), "priority")):
             r = Rules(backward=backward, priority=prio, w_policy=wp, in_flight=infl, memory_cap=cap)
             out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r, tag=" [memory]"))
