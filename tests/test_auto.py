@@ -236,3 +236,12 @@ def test_grid_never_worse_than_seeds_and_fits(ranks, mb):
         assert sim.makespan == pytest.approx(res.makespan)
         if problem.memory_limit is not None:
             assert sim.metrics.max_peak_memory <= problem.memory_limit * (1 + 1e-9)
+
+
+def test_auto_plan_replays_from_its_trace():
+    problem = _gpt_like()
+    plan = auto(problem)
+    ns: dict = {}
+    exec(plan.to_python(), ns)
+    again = ns["plan"]
+    assert again.schedule.to_text() == plan.schedule.to_text() and again.partition == plan.partition

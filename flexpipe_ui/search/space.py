@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..ir import Plan
 from ..partition import PartitionError, balanced_partition
 from ..problem import Problem, even_partition
 from .candidates import Candidate
@@ -193,10 +192,9 @@ def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, t
     prog = Program(placement=pl, rules=rules, extra=extra or {})
     src = prog.source()
 
-    def make(partition, prog=prog, src=src):
-        costs = problem.stage_costs(partition)
-        sched = prog.schedule(ranks=problem.ranks, microbatches=problem.microbatches, costs=costs)
-        return Plan(sched, partition, {"name": "dsl", "program": src})
+    def make(partition, prog=prog):
+        # Program.plan records the program in the plan's trace, so plan.to_python() replays it
+        return prog.plan(problem=problem, partition=partition)
 
     recompute = bool(extra)
     frac = 0.0
