@@ -74,7 +74,9 @@ def register(sub) -> None:
     p = sub.add_parser("auto", help="auto-schedule: best partition + schedule for a problem file")
     p.add_argument("problem", nargs="?", help="flexpipe-problem/1 JSON (e.g. written by `flexpipe profile`)")
     p.add_argument("-o", "--output", required=True, help="where to write the best plan")
-    p.add_argument("--preset", help="use a built-in problem preset instead of a file (see flexpipe_ui.presets)")
+    from ..presets import PRESETS
+    p.add_argument("--preset", choices=list(PRESETS),
+                   help="use a built-in problem preset (flexpipe_ui.presets) instead of a file")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="stop after S seconds with the best so far (makes the result machine-dependent)")
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report and write the K best plans")
