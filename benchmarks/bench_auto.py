@@ -11,6 +11,11 @@ speed-ups. Last line: ``search_cpu_s_8x32=<worst CPU seconds over the 8×32 scen
 
     .venv/bin/python benchmarks/bench_auto.py            # all scenarios (~1-2 min on one core)
     .venv/bin/python benchmarks/bench_auto.py --quick    # 8×32 scenarios only
+    .venv/bin/python benchmarks/bench_auto.py --quick --exhaustive   # + every structure × rule set
+
+``--exhaustive`` also simulates the whole DSL grid (every chunks × placement × split structure with
+every rule set of ``space.all_rules``, no pruning, no seeds, no refinement) to show what the pruned
+search gives up, or gains through library seeds and split refinement.
 """
 from __future__ import annotations
 
@@ -82,6 +87,20 @@ def megatron_1f1b(problem):
     return ("ok" if fits else "OOM", res.makespan, peak)
 
 
+def exhaustive(problem):
+    """Best fitting makespan over every structure × every rule set (no pruning)."""
+    from flexpipe_ui.search import space as sp
+    from flexpipe_ui.search.evaluate import evaluate
+    t0 = time.perf_counter()
+    best, desc, n = math.inf, "", 0
+    for c in sp.program_candidates(problem, only=sp.structures(problem), rules=sp.all_rules):
+        s = evaluate(c.build, problem, description=c.description)
+        n += 1
+        if s.score < best:
+            best, desc = s.score, c.description
+    return best, n, time.perf_counter() - t0, desc
+
+
 def _cell(st):
     status, ms, _ = st
     return f"{ms:8.0f}" if status == "ok" else f"{ms:6.0f}:{status}" if math.isfinite(ms) else f"{status:>8}"
@@ -91,6 +110,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--exhaustive", action="store_true", help="also evaluate the full DSL grid")
     args = ap.parse_args()
     rows, t8 = [], []
     for title, problem in scenarios(args.quick):
@@ -120,6 +140,10 @@ def main() -> int:
         print(f"   speed-up vs best fitting built-in {sp_b:.3f}x (vs best built-in ignoring memory "
               f"{any_builtin / res.makespan:.3f}x), vs Megatron 1F1B {sp_m:.3f}x; "
               f"auto / lower bound {res.makespan / lb:.3f} (/ packing bound {res.makespan / pk:.3f})")
+        if args.exhaustive:
+            ex_ms, ex_n, ex_t, ex_desc = exhaustive(problem)
+            print(f"   exhaustive DSL grid: best {ex_ms:.1f} ({ex_n} simulated in {ex_t:.1f} s): {ex_desc}; "
+                  f"auto / grid {res.makespan / ex_ms:.3f}")
         rows.append((title, shape, res.makespan, best_builtin, meg, lb, dt, sp_b, peak, pk, cpu))
     print("\n| scenario | shape | auto | best fitting torch built-in | Megatron 1F1B | Σwork/ranks | packing bound "
           "| auto/Σ | auto/packing | speed-up vs built-in | vs 1F1B | search s |")
