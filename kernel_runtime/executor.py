@@ -49,6 +49,7 @@ class MBState:
     rng: object = None
     saved: list | None = None              # tensors autograd saved, when the activation is offloaded
     copy_done: object = None               # CUDA event of the last offload/reload copy
+    fused: bool = False                    # first stage on data: I deferred its work to W
 
 
 @dataclass
@@ -130,6 +131,11 @@ def _recompute(ex: "RankExecutor", a: Action, st: MBState) -> None:
 def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
     _wait_copy(st)
     gy = ex.output_grad(a)
+    if a.stage == 0 and st.head is not None:
+        # The first stage's input is data (token ids): no input gradient goes anywhere, and
+        # splitting would only add work, so, as torch's runtime does, W runs the whole backward.
+        st.gy, st.fused = gy, True
+        return
     params = ex.body_params(a.stage, st)
     dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
     st.dleaf = dleaf
@@ -138,7 +144,11 @@ def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
 
 
 def _backward_weight(ex: "RankExecutor", a: Action, st: MBState) -> None:
-    backward_weight(st.pend)
+    if st.fused:
+        torch.autograd.backward(st.y, st.gy)
+        st.dleaf = st.leaf.grad
+    else:
+        backward_weight(st.pend)
     if st.head is not None and st.dleaf is not None:
         torch.autograd.backward(st.head, st.dleaf)
     ex.release(a)
