@@ -245,3 +245,10 @@ def test_auto_plan_replays_from_its_trace():
     exec(plan.to_python(), ns)
     again = ns["plan"]
     assert again.schedule.to_text() == plan.schedule.to_text() and again.partition == plan.partition
+
+
+def test_time_limit_still_returns_a_plan():
+    problem = _gpt_like()
+    res = auto_search(problem, time_limit=1e-9)
+    assert res.stats["stopped"] == "time_limit" and res.stats["evaluated"] >= 1
+    assert simulate(res.best, problem).makespan == pytest.approx(res.makespan)

@@ -141,8 +141,8 @@ class _Search:
             self.stopped = "max_evals"
         elif self.actions >= self.max_actions:
             self.stopped = "max_actions"
-        elif self.time_limit is not None and self.elapsed() >= self.time_limit:
-            self.stopped = "time_limit"
+        elif self.time_limit is not None and self.best is not None and self.elapsed() >= self.time_limit:
+            self.stopped = "time_limit"  # only once a usable plan exists: a time limit never returns nothing
         elif self.stop():
             self.stopped = "cancelled"
         return bool(self.stopped)
@@ -334,6 +334,7 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
 
     ``cancel`` is a ``threading.Event``-like object (``is_set()``) and ``should_stop`` a callable;
     either stops the search after the current evaluation and returns the best so far.
+    ``time_limit`` (seconds) stops likewise, but only once some plan fits.
     ``max_evals`` caps simulations and ``max_actions`` the actions simulated in all (defaults:
     ``default_budget``); ``space`` passes options to
     ``space.program_candidates`` (e.g. ``{"chunks": (1, 2)}``). Raises ``NoFeasiblePlan`` when
