@@ -373,6 +373,7 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
               dtype=dtype, lr=lr, optimizer=optimizer, seed=seed, timeout=timeout, threads=threads,
               master_port=_free_port(), fault=_fault or {},
               kinds=[kind_fields(get_kind(k)) for k in user_kinds])
+    _check_sendable(job)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     progress = ctx.Array("i", [-1] * (3 * world), lock=False)
@@ -389,6 +390,22 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
             p.kill()
         raise
     return RunHandle(plans, procs, q, progress, world, steps)
+
+
+def _check_sendable(job) -> None:
+    """Refuse, before starting anything, what spawned workers could not receive."""
+    import pickle
+    import sys
+    try:
+        blob = pickle.dumps(job)
+    except Exception as e:
+        raise PlanRefused(f"the model, loss or data cannot be sent to worker processes ({e}): use "
+                          "module-level functions and classes, not lambdas or local functions") from None
+    main = sys.modules.get("__main__")
+    if b"__main__" in blob and not getattr(main, "__file__", None):
+        raise PlanRefused("the model, loss or data refers to something defined in this notebook/console "
+                          "(__main__), which spawned workers cannot import: move it into a .py module "
+                          "(or pass an nn.Sequential of standard layers)")
 
 
 def _devices(devices, world: int) -> tuple[str, str]:

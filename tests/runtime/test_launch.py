@@ -95,3 +95,30 @@ def test_gpu_check_guard_without_gpu():
                          capture_output=True, text=True, timeout=60,
                          env={**__import__("os").environ, "PYTHON": sys.executable})
     assert out.returncode == 1 and out.stdout.strip().endswith("gpu_check=fail")
+
+
+@pytest.mark.timeout(150)
+def test_launch_from_a_jupyter_kernel():
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        "import kernel_runtime as kr\n"
+        "from flexpipe_ui.library import build_named\n"
+        "h = kr.launch(build_named('zb-v', None, ranks=2, microbatches=4), steps=2)\n"
+        "evs = list(h.events(timeout=90))\n"
+        "print('steps', [e.step for e in evs], 'done', h.done, 'error', h.error)"),
+        nbformat.v4.new_code_cell(
+        "import torch\n"
+        "class Mine(torch.nn.Module):\n"
+        "    def forward(self, x): return x\n"
+        "try:\n"
+        "    kr.launch(build_named('gpipe', None, ranks=2, microbatches=2), model=[Mine(), Mine()],\n"
+        "              loss_fn=torch.nn.functional.mse_loss)\n"
+        "except ValueError as e:\n"
+        "    print('refused', 'notebook' in str(e))")]
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    text = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+    assert "steps [0, 1] done True error None" in text[0], text
+    assert "refused True" in text[1], text
