@@ -123,3 +123,28 @@ def test_calibrate_recovers_costs():
             assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
                 sum(getattr(truth.layers[i], k) for i in lay))
     assert simulate(plan, got).makespan == pytest.approx(simulate(plan, truth).makespan)
+
+
+@pytest.mark.timeout(120)
+def test_sequential_model_with_given_data():
+    """A model given as an nn.Sequential + loss function + (inputs, targets), cut by the plan."""
+    from torch import nn
+
+    from flexpipe_ui.library import build_named
+
+    from kernel_runtime import launch
+    from kernel_runtime.data import reference_run
+    from kernel_runtime.models import as_spec
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)])
+    data = [(torch.randn(8, 8), torch.randn(8, 8)) for _ in range(2)]
+    loss = nn.functional.mse_loss
+    plan = build_named("zb-h1", None, ranks=2, microbatches=4)
+    h = launch(plan, model=model, loss_fn=loss, data=data, steps=2, dtype="float64", capture_grads=True)
+    h.wait(100)
+    ref = reference_run(as_spec(model, loss), data=data, steps=2, dtype=torch.float64)
+    assert h.losses == pytest.approx(ref.losses, abs=1e-12)
+    for ev in h.step_events:
+        g = ref.grads[ev.step]
+        assert set(ev.grads) == set(g)
+        assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= 1e-10
