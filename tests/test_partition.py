@@ -59,7 +59,7 @@ def test_heavy_last_layer_gets_a_short_stage():
     assert len(part[-1]) < len(even[-1])
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [1, 3, 5, 6])  # seeds where the cap excludes the free optimum
 def test_memory_aware_split_fits_and_is_best_feasible(seed):
     n, S = 10, 3
     p = _problem(n, seed, ranks=S, mb=4)
@@ -69,8 +69,7 @@ def test_memory_aware_split_fits_and_is_best_feasible(seed):
     free = balanced_partition(p, S, memory_limit=None)
     feasible_caps = sorted(set(mems.values()))
     cap = next((c for c in feasible_caps if c < mems[free]), None)
-    if cap is None:
-        pytest.skip("the unconstrained optimum already has the smallest memory")
+    assert cap is not None, "pick a seed whose unconstrained optimum is not the smallest in memory"
     q = p.with_(memory_limit=cap)
     part = balanced_partition(q, S)
     assert max(rank_memory(q, part, tuple(range(S)), infl)) <= cap + 1e-9
