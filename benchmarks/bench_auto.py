@@ -133,6 +133,8 @@ def main() -> int:
         print(f"   auto      {res.makespan:10.1f} ms  peak {peak:9.0f} MiB  search {dt:6.2f} s wall, {cpu:.2f} s CPU "
               f"({res.stats['evaluated']} simulated, {res.stats['pruned']} pruned)  {res.candidates[0][2]}")
         print("   torch     " + "  ".join(f"{SHORT[n]}={_cell(v)}" for n, v in torch_res.items()))
+        if res.best_seed is not None:
+            print(f"   best library seed {res.best_seed[1].makespan:.1f} ({res.best_seed[2]})")
         print(f"   megatron 1f1b (library, even) {_cell(meg)}   lower bound {lb:.1f} "
               f"(indivisible layers: {pk:.1f})")
         sp_b = best_builtin / res.makespan

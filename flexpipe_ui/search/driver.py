@@ -232,7 +232,7 @@ class _Search:
                 part = None
             if part is not None and part != c.partition:
                 self.consider(c.moved(part, _base(c.description) + ", memory-aware split (measured in-flight)"),
-                              force=True)
+                              force=self.best is None)
             for v in make_variants(c, s):
                 if self.out_of_budget() or len(self.scored) >= self._repair_stop:
                     return
