@@ -97,11 +97,11 @@ def default_budget(problem: Problem) -> tuple[int, int]:
     """(evaluations, simulated actions) allowed by default.
 
     Generation + simulation cost grows with the action count, so the budget is also a number of
-    actions: 200k per 256 rank-microbatches (<= 2 s at 8×32 and ~5 s at 16×64 on one core, see
+    actions: 185k per 256 rank-microbatches (<= 2 s at 8×32 and ~5 s at 16×64 on one core, see
     benchmarks/bench_auto.py). Both are counts, so the search stays deterministic.
     """
     size = problem.ranks * problem.microbatches
-    return 400, int(200_000 * max(size, 64) / 256)
+    return 400, int(185_000 * max(size, 64) / 256)
 
 
 class _Search:
@@ -201,7 +201,7 @@ class _Search:
             self.consider(cands[i], force=force)
 
     # -- phases --------------------------------------------------------------------------------
-    def repair(self, make_variants, max_evals: int = 100) -> None:
+    def repair(self, make_variants, max_evals: int = 70) -> None:
         """Re-split over-memory candidates with their measured in-flight counts; try rule variants
         (about ``max_evals`` simulations at most: checked between candidates)."""
         limit = self.problem.memory_limit
