@@ -49,12 +49,9 @@ def _cmd_auto(args) -> int:
                       progress=None if args.quiet else progress, max_evals=args.max_evals)
     out = Path(args.output)
     save_plan(res.best, out)
-    lines = [f"{'#':>2}  {'makespan':>12}  {'peak memory':>12}  candidate"]
-    for k, (plan, sim, desc) in enumerate(res.candidates, 1):
-        lines.append(f"{k:>2}  {sim.makespan:>12.6g}  {sim.metrics.max_peak_memory:>12.6g}  {desc}")
-        if k > 1:
-            save_plan(plan, _runner_up_path(out, k))
-    print("\n".join(lines))
+    for k, (plan, _, _) in enumerate(res.candidates[1:], 2):
+        save_plan(plan, _runner_up_path(out, k))
+    print("\n".join(res.table().splitlines()[:len(res.candidates) + 1]))
     st = res.stats
     seed_txt = ""
     if res.best_seed is not None:

@@ -92,6 +92,22 @@ class SearchResult:
         return (f"SearchResult(makespan={self.makespan:.4g}, lower_bound={self.lower_bound:.4g}, "
                 f"best={self.candidates[0][2]!r}, evaluated={self.stats.get('evaluated')})")
 
+    def table(self) -> str:
+        """The top-K as text: rank, makespan, peak memory, candidate; then the statistics."""
+        lines = [f"{'#':>2}  {'makespan':>12}  {'peak memory':>12}  candidate"]
+        for k, (_, sim, desc) in enumerate(self.candidates, 1):
+            lines.append(f"{k:>2}  {sim.makespan:>12.6g}  {sim.metrics.max_peak_memory:>12.6g}  {desc}")
+        st = self.stats
+        lines.append(f"lower bound {self.lower_bound:.6g} (sum of work / ranks); {st['evaluated']} simulated, "
+                     f"{st['pruned']} pruned, {st['over_memory']} over memory in {st['elapsed_s']:.2f} s "
+                     f"(stopped: {st['stopped']})")
+        if self.best_seed is not None:
+            lines.append(f"best library seed {self.best_seed[1].makespan:.6g} ({self.best_seed[2]})")
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/plain": self.table()}
+
 
 def default_budget(problem: Problem) -> tuple[int, int]:
     """(evaluations, simulated actions) allowed by default.
