@@ -252,3 +252,12 @@ def test_time_limit_still_returns_a_plan():
     res = auto_search(problem, time_limit=1e-9)
     assert res.stats["stopped"] == "time_limit" and res.stats["evaluated"] >= 1
     assert simulate(res.best, problem).makespan == pytest.approx(res.makespan)
+
+
+def test_fewer_layers_than_ranks_is_a_clear_error():
+    from flexpipe_ui.problem import ProblemError
+    with pytest.raises(ProblemError, match="3 layers but 4 ranks"):
+        auto(_uniform(ranks=4, mb=4, n=3))
+    # one rank and one microbatch are fine
+    assert auto_search(_uniform(ranks=1, mb=4, n=3)).makespan == pytest.approx(36)
+    assert auto_search(_uniform(ranks=3, mb=1, n=6)).best.microbatches == 1

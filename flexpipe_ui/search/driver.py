@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from ..ir import Plan
 from ..partition import PartitionError, balanced_partition, rank_loads
-from ..problem import Problem
+from ..problem import Problem, ProblemError
 from ..sim import SimResult
 from .bounds import ideal_makespan, packing_makespan
 from .candidates import Candidate, with_bounds
@@ -357,6 +357,11 @@ def auto_search(problem: Problem, *, time_limit: float | None = None, seed: int 
     nothing fits, ``SearchCancelled`` when stopped before any usable plan.
     """
     from . import space as sp
+
+    if problem.num_layers < problem.ranks:
+        raise ProblemError(f"the problem has {problem.num_layers} layers but {problem.ranks} ranks: every "
+                           f"rank needs at least one layer; use at most {problem.num_layers} ranks or "
+                           "profile the model at a finer layer granularity")
 
     def stop() -> bool:
         return bool((cancel is not None and cancel.is_set()) or (should_stop is not None and should_stop()))
