@@ -416,7 +416,7 @@ def _devices(devices, world: int) -> tuple[str, str]:
     if devices == "cuda" or isinstance(devices, int):
         if not torch.cuda.is_available():
             raise PlanRefused("devices='cuda' but torch.cuda.is_available() is False: use devices='cpu'")
-        n = torch.cuda.device_count() if devices == "cuda" else int(devices)
+        n = torch.cuda.device_count() if devices == "cuda" else min(int(devices), torch.cuda.device_count())
         if n < world:
             raise PlanRefused(f"the plan needs {world} GPUs (one per rank, NCCL) but {n} are available: "
                               "use a plan with fewer ranks, or devices='cpu'")

@@ -53,7 +53,8 @@ def _run_fault(fault, timeout=60.0, steps=3):
 @pytest.mark.parametrize("kind", ["raise", "kill", "oom"])
 def test_worker_failure_is_reported_and_cleaned_up(kind):
     h, err, pids, t0 = _run_fault({"rank": 1, "action": "1B2", "kind": kind})
-    # reported quickly after the failure (workers start in ~3-5 s; the fault is in step 0)
+    # reported quickly after the failure: workers start in ~3-5 s, the fault is in step 0
+    assert time.monotonic() - t0 < 20
     assert h.done
     assert err.rank == 1
     assert err.action == "1B2", str(err)
