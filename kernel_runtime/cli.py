@@ -109,8 +109,10 @@ def _profile(args) -> int:
     from .profiler import profile
     args.layers = args.layers or 6
     spec = _model(args)
+    import os
+    threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.devices == "cpu" else None
     prob = profile(spec, ranks=args.ranks, microbatches=args.microbatches, device=args.devices,
-                   dtype=args.dtype, repeats=args.repeats, path=args.output)
+                   dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads)
     for i, l in enumerate(prob.layers):
         print(f"layer {i:>2} {l.name:<12} f {l.f:8.3f} b {l.b:8.3f} w {l.w:8.3f} ms  act {l.act:8.3f} "
               f"mem {l.mem:8.3f} MiB")

@@ -47,13 +47,25 @@ def _timed(fn, device) -> float:
 def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
             microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5,
             warmup: int = 1, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
-            comm: float = 0.0, memory_limit: float | None = None) -> Problem:
+            comm: float = 0.0, memory_limit: float | None = None, threads: int | None = None) -> Problem:
     """Measure per-layer f, b, w (ms, medians of ``repeats``), act and mem (MiB) of one microbatch.
 
     ``model`` is what ``launch`` takes; ``sample_input``/``targets`` one microbatch (default: the
     model's synthetic batch divided by ``microbatches``). Writes the problem to ``path`` if given.
+    ``threads``: CPU threads to time with (a worker of ``launch`` gets cores // ranks); on a busy
+    machine, more threads than free cores makes every kernel wait for its slowest thread.
     """
     import torch
+    if threads is not None:
+        old = torch.get_num_threads()
+        torch.set_num_threads(int(threads))
+        try:
+            return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
+                           microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
+                           warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
+                           memory_limit=memory_limit)
+        finally:
+            torch.set_num_threads(old)
 
     from .executor import stage_forward
     from .models import as_spec
