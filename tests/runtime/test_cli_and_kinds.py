@@ -99,7 +99,7 @@ def test_profile_writes_problem(tmp_path):
     got = profile(timed_model(want), repeats=2)
     for lw, lg in zip(want.layers, got.layers):
         for k in "fbw":
-            assert getattr(lw, k) <= getattr(lg, k) < getattr(lw, k) + 3.0, (k, lg)
+            assert getattr(lw, k) - 0.5 <= getattr(lg, k) < getattr(lw, k) + 3.0, (k, lg)
 
 
 def test_calibrate_recovers_costs():

