@@ -15,6 +15,6 @@ fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
 status=0
 timeout 240 "$PY" -m kernel_runtime.gpu_check --require --steps 5 || status=1
-timeout 120 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_correctness.py || status=1
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_runtime_correctness.py || status=1
 if [ "$status" = 0 ]; then echo "gpu_check=ok"; else echo "gpu_check=fail"; fi
 exit "$status"

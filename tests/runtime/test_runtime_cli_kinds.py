@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plans import one_f_one_b  # noqa: E402
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
 
 
 def test_import_starts_nothing_and_needs_no_torch():

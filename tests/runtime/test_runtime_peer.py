@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plans import library_plans  # noqa: E402
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
 
 
 @pytest.mark.timeout(200)

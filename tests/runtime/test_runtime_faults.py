@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plans import one_f_one_b  # noqa: E402
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
 psutil = pytest.importorskip("psutil")
 
 from flexpipe_ui.ir import Plan, Schedule  # noqa: E402

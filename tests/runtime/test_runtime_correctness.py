@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plans import auto_plan, library_plans, random_schedule  # noqa: E402
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
 
 STEPS = 3
 TOL = 1e-10
