@@ -1,10 +1,10 @@
 """Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from .jsonio import read_json, write_json
 from .ir import Action, ParseError, Plan, Schedule, infer_placement, parse_action
 
 __all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT"]
@@ -120,23 +120,11 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise PlanFileError(f"cannot read plan file {path}: {e.strerror}") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanFileError(f"{path}: corrupt JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return plan_from_dict(d, str(path))
+    return plan_from_dict(read_json(path, PlanFileError, "plan file"), str(path))
 
 
 def save_plan(plan: Plan | Schedule, path: str | Path) -> None:
-    """Write atomically (temp file + rename), so a crash never leaves half a plan."""
+    """Write a plan file atomically."""
     if isinstance(plan, Schedule):
         plan = Plan(plan)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(plan_to_dict(plan), indent=1) + "\n")
-    tmp.replace(path)
+    write_json(plan_to_dict(plan), path)

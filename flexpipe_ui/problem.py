@@ -5,7 +5,6 @@ and an optional memory cap (DESIGN.md, contract 2). ``StageCosts`` sums layers i
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .jsonio import read_json, write_json
 from .kinds import StageCost
 
 __all__ = ["Layer", "Problem", "ProblemError", "StageCosts", "load_problem", "save_problem",
@@ -177,20 +177,11 @@ def _check_problem(p: Problem) -> None:
 
 def load_problem(path: str | Path) -> Problem:
     """Read a ``flexpipe-problem/1`` JSON file; errors name the file, layer and key."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ProblemError(f"cannot read problem file {path}: {e.strerror}") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ProblemError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return _problem_from_dict(d, str(path))
+    return _problem_from_dict(read_json(path, ProblemError, "problem file"), str(path))
 
 
 def save_problem(problem: Problem, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(problem.to_dict(), indent=1) + "\n")
+    write_json(problem.to_dict(), path)
 
 
 @dataclass(frozen=True, eq=False)
