@@ -4,4 +4,5 @@
 source "$(dirname "$0")/_env.sh" dev
 extra=()
 [ "$(id -u)" = 0 ] && extra+=(--ServerApp.allow_root=True)
-exec jupyter lab notebooks/01_quickstart.ipynb "${extra[@]}" "$@"
+exec jupyter lab --ServerApp.root_dir="$ROOT" --LabApp.default_url=/lab/tree/notebooks/01_quickstart.ipynb \
+    "${extra[@]}" "$@"
