@@ -8,8 +8,8 @@ from .phases import RankOrder, phased
 from .placement import Placement, PlacementError, as_placement, explicit, looped, vshape, wave
 from .program import Program, program_from_source, resolve_partition
 from .rules import Rules, RulesError, eval_formula
-from .scheduler import RulesDeadlock, list_schedule
+from .scheduler import RulesDeadlock, RulesMemoryError, list_schedule
 
 __all__ = ["Placement", "PlacementError", "looped", "vshape", "wave", "explicit", "as_placement",
-           "Rules", "RulesError", "RulesDeadlock", "eval_formula", "Program", "program_from_source",
+           "Rules", "RulesError", "RulesDeadlock", "RulesMemoryError", "eval_formula", "Program", "program_from_source",
            "resolve_partition", "list_schedule", "hand", "hand_plan", "RankOrder", "phased"]

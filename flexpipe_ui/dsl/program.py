@@ -16,7 +16,7 @@ from ..kinds import get_kind
 from ..problem import StageCosts, uniform_costs
 from .placement import Placement, as_placement, looped
 from .rules import Rules, RulesError
-from .scheduler import list_schedule
+from .scheduler import list_schedule, memory_need, stage_kinds
 
 __all__ = ["Program", "program_from_source", "resolve_partition"]
 
@@ -83,6 +83,7 @@ class Program:
                     raise RulesError(f"extra[{name!r}] names stages {out}, but there are {S} stages (0..{S - 1})")
         rank_rules = [self.rules.for_rank(r) for r in range(ranks)]
         limits = []
+        kps = None
         for r, rr in enumerate(rank_rules):
             if rr is not self.rules:
                 rr.check(f"rank {r} override")
@@ -105,10 +106,12 @@ class Program:
                 lims.append(lim)
             limits.append(tuple(lims))
             if rr.memory_cap is not None:
-                static, run, keep = _one_microbatch(place, r, costs, rr, self.extra)
-                need = static + run
+                if kps is None:
+                    kps = stage_kinds(place, rank_rules, self.extra)
+                static, keep, top = memory_need(place, kps, costs, r)
+                need = static + keep + top
                 if rr.forwards_first:
-                    all_fwd = static + (microbatches - 1) * keep + run
+                    all_fwd = static + microbatches * keep + top
                     if rr.memory_cap < all_fwd - 1e-9:
                         raise RulesError(f"forwards_first on rank {r} holds all {microbatches} "
                                          f"microbatches' activations before any backward: {all_fwd:g} > "
@@ -196,22 +199,3 @@ def program_from_source(text: str) -> "Program":
     if not isinstance(prog, Program):
         raise RulesError(f"DSL source {text!r} does not describe a Program")
     return prog
-
-
-def _one_microbatch(place, r, costs, rr, extra) -> tuple[float, float, float]:
-    """(static memory of rank r, activations one microbatch needs there while its forwards run,
-    activations it keeps after them — 0 where recomputed)."""
-    static = run = keep = 0.0
-    f = get_kind("F")
-    for s, x in enumerate(place):
-        if x != r:
-            continue
-        static += float(costs.mem[s])
-        start, end = f.mem_start, f.mem_end
-        for name, where in extra.items():
-            if where == "all" or s in where:
-                ds, de = get_kind(name).adjust.get("F", (0.0, 0.0))
-                start, end = start + ds, end + de
-        run += float(costs.act[s]) * max(start, 0.0)
-        keep += float(costs.act[s]) * max(start + end, 0.0)
-    return static, run, keep

@@ -24,9 +24,14 @@ from ..problem import StageCosts
 from ..sim import duration_table
 from .rules import Rules, RulesError
 
-__all__ = ["list_schedule", "stage_kinds", "RulesDeadlock"]
+__all__ = ["list_schedule", "stage_kinds", "memory_effects", "memory_need", "RulesDeadlock",
+           "RulesMemoryError"]
 
 _W_FILL = 10 ** 6
+
+
+class RulesMemoryError(RulesError):
+    """The rules' memory cap cannot be kept (copy streams whose timing the order cannot fix)."""
 
 
 class RulesDeadlock(RulesError):
@@ -45,6 +50,50 @@ def stage_kinds(placement: Sequence[int], rank_rules: Sequence[Rules],
                 ks.append(name)
         out.append(tuple(ks))
     return out
+
+
+def memory_effects(kinds_per_stage: Sequence[Sequence[str]]) -> list[dict[str, tuple[float, float]]]:
+    """Per stage, kind name → (mem_start, mem_end) in units of the stage's activation, with the
+    ``adjust`` of the other kinds on that stage applied (recompute makes F free at its end)."""
+    out = []
+    for ks in kinds_per_stage:
+        eff = {k: [get_kind(k).mem_start, get_kind(k).mem_end] for k in ks}
+        for k in ks:
+            for target, (ds, de) in get_kind(k).adjust.items():
+                if target in eff:
+                    eff[target][0] += ds
+                    eff[target][1] += de
+        out.append({k: (a, b) for k, (a, b) in eff.items()})
+    return out
+
+
+def _group_memory(eff: Mapping[str, tuple[float, float]], name: str, act: float) -> tuple[float, float, float]:
+    """(net change, allocation beyond the microbatch's reservation while it runs, what a forward
+    keeps after it ends) of one kind on a stage with activation ``act``."""
+    ms, me = eff[name]
+    run = act * max(ms, ms + me, 0.0)
+    if get_kind(name).is_forward:
+        keep = act * max(ms + me, 0.0)
+        return act * (ms + me), run - keep, keep
+    return act * (ms + me), run, 0.0
+
+
+def memory_need(placement: Sequence[int], kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts,
+                rank: int) -> tuple[float, float, float]:
+    """(static memory, activations one microbatch keeps after its forwards, the largest allocation
+    one action adds beyond that) on ``rank``: the list scheduler admits a microbatch when
+    static + holdings of the admitted ones + the second + the third fit the cap."""
+    eff = memory_effects(kinds_per_stage)
+    static = hold = top = 0.0
+    for s, r in enumerate(placement):
+        if r != rank:
+            continue
+        static += float(costs.mem[s])
+        for k in kinds_per_stage[s]:
+            _, add, keep = _group_memory(eff[s], k, float(costs.act[s]))
+            hold += keep
+            top = max(top, add)
+    return static, hold, top
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,26 +154,23 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     # memory effect of each group (units of its stage's act), adjusts of co-present kinds applied
     names = [G.kind[g].name for g in range(n)]
     at = {(G.stage[g], names[g]): g for g in range(n)}
-    ms = [G.kind[g].mem_start for g in range(n)]
-    me = [G.kind[g].mem_end for g in range(n)]
-    for g in range(n):
-        for target, (ds, de) in G.kind[g].adjust.items():
-            h = at.get((G.stage[g], target))
-            if h is not None:
-                ms[h] += ds
-                me[h] += de
-    net = [act[G.stage[g]] * (ms[g] + me[g]) for g in range(n)]
-    # a forward holds ``peak_f`` after it ends (0 when recomputed) and ``trans_f`` while it runs
-    peak_f, trans_f = [0.0] * S, [0.0] * S
+    eff = memory_effects(kps)
+    effects = [_group_memory(eff[G.stage[g]], names[g], act[G.stage[g]]) for g in range(n)]
+    net = [e[0] for e in effects]
+    # ``alloc``: what a group adds above the rank's memory while it runs (a forward: beyond what
+    # its microbatch reserved at admission, e.g. a recomputed stage's transient; R or LOAD: the
+    # activation they re-create); under a cap such a group runs only if that fits
+    alloc = [e[1] for e in effects]
+    peak_f = [0.0] * S
     for g in range(n):
         if G.kind[g].is_forward:
-            peak_f[G.stage[g]] = act[G.stage[g]] * max(ms[g] + me[g], 0.0)
-            trans_f[G.stage[g]] = act[G.stage[g]] * max(ms[g], ms[g] + me[g], 0.0)
+            peak_f[G.stage[g]] = effects[g][2]
     static = [float(sum(costs.mem[s] for s in local[r])) for r in range(ranks)]
     caps = [rank_rules[r].memory_cap for r in range(ranks)]
-    need = [sum(peak_f[s] for s in local[r]) + max([trans_f[s] - peak_f[s] for s in local[r]] + [0.0])
-            for r in range(ranks)]
     hold = [sum(peak_f[s] for s in local[r]) for r in range(ranks)]
+    # an entering microbatch must leave room for its holdings plus the largest single allocation
+    # that can follow, so the admitted microbatches can always progress one action at a time
+    need = [hold[r] + max([alloc[g] for g in range(n) if G.rank[g] == r] + [0.0]) for r in range(ranks)]
 
     # per-group scheduling attributes
     entry_stage = [min(x) if x else -1 for x in local]
@@ -181,6 +227,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     for L in range(G.n_lanes):
         if lane_groups[L]:
             lanes_of_rank[G.rank[lane_groups[L][0]]].append(L)
+    multi_lane = [len(x) > 1 for x in lanes_of_rank]
     compute_lane = {L: G.kind[lane_groups[L][0]].occupies_compute for L in range(G.n_lanes) if lane_groups[L]}
 
     # state
@@ -211,8 +258,11 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             cap = caps[r]
             if cap is not None and mem[r] + reserved[r] + need[r] > cap + 1e-9:
                 return False
-        elif ffirst[r] and is_bwd[g] and fwd_left[r]:
+            return True
+        if ffirst[r] and is_bwd[g] and fwd_left[r]:
             return False
+        if mem_gate[g] and mem[r] + reserved[r] + alloc[g] > caps[r] + 1e-9:
+            return False  # would overshoot the cap: the rank's frees (W, B) run first
         return True
 
     def candidates(L: int):
@@ -248,7 +298,8 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
                 best_t = t
         return best_t, cand
 
-    gate = [is_entry[g] or (ffirst[G.rank[g]] and is_bwd[g]) for g in range(n)]
+    mem_gate = [caps[G.rank[g]] is not None and alloc[g] > 0 for g in range(n)]
+    gate = [is_entry[g] or (ffirst[G.rank[g]] and is_bwd[g]) or mem_gate[g] for g in range(n)]
     cached: list = [None] * G.n_lanes
 
     def push(L: int) -> None:
@@ -319,7 +370,8 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             dirty.update(lanes_of_rank[r])
         d = net[g]
         if d:
-            if d < 0 and not compute_lane[L]:
+            if d < 0 and (not compute_lane[L] or multi_lane[r]):
+                # freed at its end: another stream of the rank may start meanwhile
                 heapq.heappush(pending[r], (end, d))
             else:
                 mem[r] += d
@@ -362,7 +414,23 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         starts.append(tuple(x[0] for x in row))
     sched = Schedule(ranks, M, tuple(placement), tuple(order))
     sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
+    if any(multi_lane[r] and caps[r] is not None for r in range(ranks)):
+        _check_streams(sched, costs, caps)
     return sched
+
+
+def _check_streams(sched: Schedule, costs: StageCosts, caps) -> None:
+    """On a rank with a copy stream the order cannot make one stream wait for the other's free, so
+    the simulator may start an allocation earlier than the actors did: simulate and refuse."""
+    from ..sim import simulate
+    peaks = simulate(sched, costs).metrics.peak_memory
+    over = [(r, pk, caps[r]) for r, pk in enumerate(peaks) if caps[r] is not None and pk > caps[r] * (1 + 1e-9)]
+    if over:
+        r, pk, cap = over[0]
+        raise RulesMemoryError(
+            f"with copy-stream kinds the schedule simulates to a peak of {pk:g} on rank {r}, above its "
+            f"memory cap {cap:g} (a copy cannot be ordered to wait for the compute stream's frees); "
+            f"raise the cap, offload fewer stages or use recomputation (extra={{'R': 'all'}})")
 
 
 def _deadlock(G, head, M, unmet, limits, inflight, warm, caps, mem, reserved, lane_groups, admissible):
