@@ -20,7 +20,7 @@ import numpy as np
 from .problem import StageCosts
 from .timeline import Metrics, Timeline, compute_metrics, memory_events
 
-__all__ = ["gantt_figure", "gantt_traces", "WEBGL_LIMIT", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
+__all__ = ["gantt_figure", "fmt_num", "gantt_traces", "WEBGL_LIMIT", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
            "memory_at", "GanttError", "LABEL_LIMIT"]
 
 LABEL_LIMIT = 4000
@@ -52,6 +52,12 @@ def _unpack(timeline: Any, costs: StageCosts | None, metrics: Metrics | None):
     return timeline, costs, metrics
 
 
+def fmt_num(v: float) -> str:
+    """4 significant digits, but whole numbers with separators from 10,000 up (58,228 MiB, not
+    5.823e+04)."""
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+
+
 def baseline_makespan(baseline: Any) -> tuple[str, float] | None:
     """(label, makespan) of a baseline given as a number, Metrics, SimResult, Timeline or
     ``(label, any of those)``; None for None."""
@@ -81,12 +87,12 @@ def gantt_title(metrics: Metrics | None, title: str | None = None, baseline: Any
     """One line: name, makespan, bubble %, peak memory (vs the cap) and speedup over the baseline."""
     parts = [title or f"{source} timeline"]
     if metrics is not None:
-        parts.append(f"makespan {metrics.makespan:.4g}")
+        parts.append(f"makespan {fmt_num(metrics.makespan)}")
         parts.append(f"bubble {metrics.bubble:.1%}")
         if any(metrics.peak_memory):
-            peak = f"peak mem {metrics.max_peak_memory:.4g}"
+            peak = f"peak mem {fmt_num(metrics.max_peak_memory)}"
             if memory_limit is not None:
-                peak += f" / cap {memory_limit:.4g}"
+                peak += f" / cap {fmt_num(memory_limit)}"
                 if metrics.max_peak_memory > memory_limit + 1e-9:
                     peak += " (OVER)"
             parts.append(peak)
@@ -217,7 +223,7 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                 fig.add_trace(go.Scatter(
                     x=[0.0, max(tl.makespan, 1e-9)], y=[memory_limit, memory_limit], mode="lines",
                     line=dict(color="#d62728", dash="dash", width=1), showlegend=(r == 0),
-                    name=f"memory cap {memory_limit:.4g}", legendgroup="cap",
+                    name=f"memory cap {fmt_num(memory_limit)}", legendgroup="cap",
                     hovertemplate=f"cap {memory_limit:.4g}<extra></extra>"), row=2 + r, col=1)
             fig.update_yaxes(range=[bottom, top], nticks=3, title_text=f"r{r}", title_standoff=2,
                              title_font_size=9, tickfont_size=8, row=2 + r, col=1)

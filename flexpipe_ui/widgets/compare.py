@@ -76,6 +76,7 @@ def moved_actions(schedule: Schedule | None, reference: Schedule | None) -> list
 def comparison_table(entries: Sequence[Entry], baseline: int = 0,
                      memory_limit: float | None = None) -> str:
     """HTML table of the entries' metrics with the best and the regressions marked."""
+    from ..gantt import fmt_num
     base = entries[baseline].metrics
     R = max(e.timeline.ranks for e in entries)
     cols = ["makespan", "bubble", f"speedup vs {entries[baseline].name}", "max peak mem"] + \
@@ -107,10 +108,10 @@ def comparison_table(entries: Sequence[Entry], baseline: int = 0,
             if memory_limit is not None and 3 <= j < 4 + R and np.isfinite(v) and v > memory_limit + 1e-9:
                 style += ";outline:2px solid #c00"
             txt = ("" if not np.isfinite(v) else f"{v:.1%}" if j == 1 else f"{v:.3f}×" if j == 2
-                   else f"{int(v)}" if j == len(cols) - 1 else f"{v:.4g}")
+                   else f"{int(v)}" if j == len(cols) - 1 else fmt_num(v))
             tds.append(f"<td style='{style}'>{txt}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
-    cap = f"<caption style='text-align:left'>memory cap {memory_limit:.4g}</caption>" if memory_limit else ""
+    cap = f"<caption style='text-align:left'>memory cap {fmt_num(memory_limit)}</caption>" if memory_limit else ""
     return (f"<table style='border-collapse:collapse;font:12px sans-serif'>{cap}<thead><tr>{th}</tr>"
             f"</thead><tbody>{''.join(body)}</tbody></table>")
 

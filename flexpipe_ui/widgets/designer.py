@@ -426,22 +426,22 @@ class Designer(traitlets.HasTraits):
         return baseline
 
     def _header(self, res: SimResult | None) -> str:
-        from ..gantt import baseline_makespan
+        from ..gantt import baseline_makespan, fmt_num
         if res is None:
             return (f"<b>{html.escape(self.title)}</b> · <span style='color:#c00'>INVALID schedule: "
                     f"not simulated</span> · {self.plan.ranks} ranks × {self.plan.microbatches} microbatches")
         m = res.metrics
         parts = [f"<b>{html.escape(self.title)}</b>", f"{self.plan.ranks} ranks × {self.plan.microbatches} mb",
-                 f"makespan <b>{m.makespan:.4g}</b>", f"bubble <b>{m.bubble:.1%}</b>"]
-        peak = f"peak memory <b>{m.max_peak_memory:.4g}</b>"
+                 f"makespan <b>{fmt_num(m.makespan)}</b>", f"bubble <b>{m.bubble:.1%}</b>"]
+        peak = f"peak memory <b>{fmt_num(m.max_peak_memory)}</b>"
         if self.memory_limit is not None:
             over = m.max_peak_memory > self.memory_limit + 1e-9
-            peak += f" / cap {self.memory_limit:.4g}" + (" <b style='color:#c00'>OVER</b>" if over else "")
+            peak += f" / cap {fmt_num(self.memory_limit)}" + (" <b style='color:#c00'>OVER</b>" if over else "")
         parts.append(peak)
         base = baseline_makespan(self._baseline)
         if base is not None:
             parts.append(f"speedup over {html.escape(base[0])} <b>{base[1] / m.makespan:.3f}×</b>"
-                         f" ({base[1]:.4g} → {m.makespan:.4g})")
+                         f" ({fmt_num(base[1])} → {fmt_num(m.makespan)})")
         return "<div style='font:13px sans-serif'>" + " · ".join(parts) + "</div>"
 
     # -- autosave ---------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def open_and_run(page, lab: dict, notebook: str, wait_selector: str, timeout_ms:
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
     page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
     time.sleep(2.0)  # let the kernel connect before running
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     page.locator(wait_selector).first.wait_for(state="attached", timeout=timeout_ms)
 
 

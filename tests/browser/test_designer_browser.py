@@ -2,7 +2,9 @@
 
 Kernel side: the Designer's autosave file (written by the kernel after every edit) must show the
 dragged action at its new place. Browser side: the editor's SVG must have redrawn (its
-``data-version`` rose) with the bar moved. A screenshot goes to ``test-output/browser/``.
+``data-version`` rose) with the bar moved. Then the kernel is restarted and the notebook re-run:
+the Designer must come back with the drag restored from its autosave. Screenshots go to
+``test-output/browser/``.
 """
 from __future__ import annotations
 
@@ -68,3 +70,10 @@ def test_drag_in_jupyterlab(lab, page, browser_output):
     page.screenshot(path=str(OUTPUT / "designer_page.png"), full_page=False)
     (OUTPUT / "latency.json").write_text(json.dumps({"drop_to_redraw_ms": float(latency) if latency else None}))
     print(f"browser drop->redraw latency: {latency} ms; screenshot {shot}")
+    # edits are never lost: restart the kernel, run everything again, the drag is restored
+    # (not awaited: the command's promise waits for the confirmation dialog)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-run-all'); }")
+    page.locator(".jp-Dialog button", has_text="Restart").first.click()
+    page.get_by_text("restored 1 edit from quickstart.autosave.json").first.wait_for(timeout=240_000)
+    assert _bar_box(page, DRAGGED)["x"] < _bar_box(page, "0F0")["x"]
+    page.screenshot(path=str(OUTPUT / "designer_restored.png"), full_page=False)
