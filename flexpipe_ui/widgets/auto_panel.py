@@ -164,6 +164,9 @@ class AutoPanel(traitlets.HasTraits):
         self._draw(res.candidates[0][0], res.candidates[0][1], final=True)
         st = res.stats
         self.evaluated = int(st.get("evaluated", self.evaluated))
+        # finished (budget, time or exhausted): the bar shows done, not the unused budget
+        self.progress.max = max(1, self.evaluated)
+        self.progress.value = self.progress.max
         self.best_makespan = res.makespan
         self.status = (f"done ({st.get('stopped')}): {st.get('evaluated')} evaluated, {st.get('pruned')} pruned "
                        f"in {st.get('elapsed_s')} s · best {res.makespan:.4g} (lower bound "
@@ -189,8 +192,9 @@ class AutoPanel(traitlets.HasTraits):
 
     def _draw(self, plan, sim, final: bool = False) -> None:
         from ..gantt import gantt_figure
-        fig = gantt_figure(sim, title=("best" if final else "best so far") + f": {plan.meta.get('candidate', '')}",
-                           memory=False, memory_limit=self._problem.memory_limit)
+        # the candidate's description is long: it goes in the list and the status, not the title
+        fig = gantt_figure(sim, title="best" if final else "best so far", memory=False,
+                           memory_limit=self._problem.memory_limit)
         with self.figure.batch_update():
             self.figure.data = []
             self.figure.add_traces(list(fig.data))

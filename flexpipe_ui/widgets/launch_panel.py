@@ -51,7 +51,8 @@ class LaunchPanel(traitlets.HasTraits):
     status = traitlets.Unicode("")
 
     def __init__(self, plan: Plan, problem: Problem | None = None, *, model: str = "demo-gpt",
-                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25, **launch_kwargs):
+                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25,
+                 half_px: int = 480, **launch_kwargs):
         super().__init__()
         import ipywidgets as w
         import plotly.graph_objects as go
@@ -86,22 +87,19 @@ class LaunchPanel(traitlets.HasTraits):
             layout=dict(height=260, title="loss and step time", xaxis_title="step",
                         yaxis=dict(title="loss"), yaxis2=dict(title="step time", overlaying="y", side="right"),
                         margin=dict(l=50, r=50, t=40, b=30), legend=dict(orientation="h")))
-        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False)
+        # fixed widths: side by side in an HBox (plotly's default 700 px would be clipped)
+        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False, width=half_px)
         self.pred_fig = go.FigureWidget(pred)
-        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height,
+        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height, width=half_px,
                                                     title="measured: waiting for the first step",
                                                     margin=pred.layout.margin))
         self.out = w.Output()
         self.btn_start.on_click(self._guard(lambda _b: self.start()))
         self.btn_stop.on_click(self._guard(lambda _b: self.stop()))
         self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
-        half = w.Layout(width="50%")
-        self.pred_fig.layout.autosize = True
         self.widget = w.VBox([
             w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop]),
-            self.w_status, self.loss_fig,
-            w.HBox([w.Box([self.pred_fig], layout=half), w.Box([self.meas_fig], layout=half)]),
-            self.out])
+            self.w_status, self.loss_fig, w.HBox([self.pred_fig, self.meas_fig]), self.out])
         self._on_state(None)
 
     def start(self, *, wait: bool = False, timeout: float | None = None) -> None:
@@ -216,7 +214,8 @@ class LaunchPanel(traitlets.HasTraits):
         # a speedup against the prediction only means something in the same unit (a profiled
         # problem, in ms); the uniform reference costs have no unit
         base = ("predicted", pred) if self.problem is not None else None
-        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured (ms), step {step}")
+        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured (ms), step {step}",
+                           width=self.pred_fig.layout.width)
         span = max(pred, m.makespan)
         with self.meas_fig.batch_update():
             self.meas_fig.data = []
