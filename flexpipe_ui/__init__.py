@@ -25,6 +25,7 @@ _LAZY = {
     "apply_edit": "edits", "replay": "edits", "undo": "edits",
     "balanced_partition": "partition",
     "gantt_figure": "gantt",
+    "save_html": "export", "save_image": "export", "chrome_trace": "export", "save_chrome_trace": "export",
 }
 
 
