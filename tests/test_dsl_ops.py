@@ -7,7 +7,7 @@ from flexpipe_ui.kinds import Dep, Kind, get_kind, register_kind, unregister_kin
 from flexpipe_ui.ops import register_offload, register_recompute
 from flexpipe_ui.planfile import plan_from_dict, plan_to_dict
 from flexpipe_ui.sim import simulate
-from flexpipe_ui.validate import validate
+from flexpipe_ui.validate import check
 
 ONE_F_ONE_B = Program(rules=Rules(in_flight="p - r"))
 GPIPE = Program(rules=Rules(priority=("F", "B"), forwards_first=True))
@@ -24,7 +24,7 @@ def _ops():
 def test_recompute_trades_a_forward_for_the_activation(p, m):
     base = simulate(ONE_F_ONE_B.schedule(ranks=p, microbatches=m))
     s = ONE_F_ONE_B.with_(extra={"R": "all"}).schedule(ranks=p, microbatches=m)
-    validate(s)
+    assert check(s) == []  # the full scan: the scheduler marks its output valid
     rc = simulate(s)
     # every rank keeps one re-created activation at a time instead of min(p - r, m)
     assert rc.metrics.peak_activation == (1.0,) * p
@@ -53,7 +53,7 @@ def test_offload_frees_memory_between_forward_and_backward(p, m):
     stages = tuple(range(p - 1))  # the last stage's backward follows its forward at once
     prog = GPIPE.with_(extra={"OFF": stages, "LOAD": stages})
     s = prog.schedule(ranks=p, microbatches=m)
-    validate(s)
+    assert check(s) == []  # the full scan: the scheduler marks its output valid
     off = simulate(s)
     base = simulate(GPIPE.schedule(ranks=p, microbatches=m))
     assert all(off.metrics.peak_activation[r] < base.metrics.peak_activation[r] for r in range(p - 1))
@@ -73,7 +73,7 @@ def test_a_user_kind_in_a_few_lines_is_scheduled_simulated_validated_and_drawn()
     try:
         prog = Program(placement=vshape(), rules=Rules(in_flight="2*p"), extra={"CK": (0, 1)})
         plan = prog.plan(ranks=2, microbatches=4)
-        validate(plan.schedule)
+        assert check(plan.schedule) == []  # the full scan: the scheduler marks its output valid
         res = simulate(plan)
         assert sum(1 for _, _, a in plan.schedule.actions() if a.kind.name == "CK") == 8
         assert res.metrics.busy[0] + res.metrics.busy[1] == pytest.approx(2 * 4 * 3 + 8 * 0.25 * 0.5)

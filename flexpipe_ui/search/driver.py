@@ -134,6 +134,7 @@ class _Search:
         self.stop = stop
         self.top = max(1, top)
         self.cache: dict = {}
+        self.sims: dict = {}   # (placement, order, partition) → SimResult: repeats are not re-simulated
         self.seen: set = set()
         self.scored: list[Scored] = []
         self.over: list[tuple[Scored, Candidate]] = []   # built but over the memory cap
@@ -187,7 +188,7 @@ class _Search:
             self.pruned += 1
             return None
         s = evaluate(c.build, self.problem, description=c.description, bound=c.bound,
-                     knobs=dict(c.knobs))
+                     knobs=dict(c.knobs), sims=self.sims)
         self.scored.append(s)
         self._cand_of[id(s)] = c
         if s.plan is not None:

@@ -51,12 +51,23 @@ class Scored:
 
 
 def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, bound: float = 0.0,
-             knobs: dict | None = None) -> Scored:
-    """Build and simulate; never raises for a bad candidate (its ``error`` says why)."""
+             knobs: dict | None = None, sims: dict | None = None) -> Scored:
+    """Build and simulate; never raises for a bad candidate (its ``error`` says why).
+
+    ``sims`` (one dict per search and problem) maps a schedule and partition already simulated to
+    its result: different programs often generate the same order (a memory cap that binds makes
+    priorities moot), and the simulator is deterministic, so a repeat is not simulated again."""
     knobs = dict(knobs or {})
     try:
         plan = build()
-        res = simulate(plan, problem)
+        if sims is None:
+            res = simulate(plan, problem)
+        else:
+            sched = plan.schedule
+            key = (sched.placement, sched.order, plan.partition)
+            res = sims.get(key)
+            if res is None:
+                res = sims[key] = simulate(plan, problem)
     except (ValueError, KeyError, IndexError) as e:  # ScheduleError, DSL rule errors, PartitionError
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return Scored(description, None, None, math.inf, math.inf, False, bound, msg, knobs)

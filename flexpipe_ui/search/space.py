@@ -230,13 +230,7 @@ def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate
     from ..dsl import Rules
     cap = problem.memory_limit
     out = []
-    rules = c.knobs.get("_rules")
-    if rules is not None and cap is not None and s.peak > cap:
-        # the list scheduler's own cap was overshot in simulation: ask it for the overshoot less
-        tighter = rules.with_(memory_cap=(rules.memory_cap or cap) * cap / s.peak * (1 - 1e-6))
-        out.append(_program_candidate(problem, c.knobs["_pl"], c.placement, c.knobs.get("split", "?"),
-                                      c.partition, tighter, tag=c.knobs.get("_tag", "") + " [tighter cap]",
-                                      extra=c.knobs.get("_extra")))
+    # (a DSL program with the cap never overshoots it: the list scheduler gates every allocation)
     if c.family == "refine":
         return out
     pl = _placement_object(c.placement, problem.ranks)
