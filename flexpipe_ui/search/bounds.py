@@ -10,6 +10,10 @@ drops a candidate that could beat the incumbent):
 - ``chain``: one microbatch's forward down all stages, backward-for-inputs back up and the first
   stage's W, with ``comm`` on every rank crossing.
 
+Memory-throughput (``memory_time_bound``, for schedules that fit a cap): each activation is held
+for at least its stage's forward-backward round trip and a rank holds at most cap − static at once,
+so Σ act · round trip · m / (cap − static) bounds the makespan (Little's law).
+
 Memory: a rank holds its static memory always and at least one microbatch's activation of its
 largest stage while it runs that stage, even with recompute.
 """
@@ -22,8 +26,8 @@ import numpy as np
 
 from ..problem import Problem, StageCosts
 
-__all__ = ["Bounds", "time_bounds", "memory_floor", "ideal_makespan", "packing_makespan",
-           "stage_costs_cached"]
+__all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
+           "packing_makespan", "stage_costs_cached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +105,39 @@ def packing_makespan(problem: Problem) -> float:
         best = max(best, sum(top[-(k + 1):]))
         k += 1
     return best * problem.microbatches
+
+
+def memory_time_bound(costs: StageCosts, placement: Sequence[int], ranks: int, microbatches: int,
+                      memory_limit: float | None, recomputed: Sequence[int] | str = ()) -> float:
+    """A lower bound on the makespan of any schedule that fits ``memory_limit`` (Little's law).
+
+    Stage s's activation of one microbatch is held from its F's start to its W's (or B's) end,
+    at least the round trip F(s..S-1), I(S-1..s+1), I(s)+W(s), plus ``comm`` on every rank
+    crossing both ways. A rank never holds more than ``memory_limit - static`` of activations, so
+    its makespan is at least Σ over its stages of m · act · round trip / (limit - static).
+    ``recomputed`` stages (``"all"`` or indices) count nothing: what they hold depends on the
+    recompute kind. 0 without a limit.
+    """
+    if memory_limit is None:
+        return 0.0
+    place = np.asarray(placement)
+    S = len(place)
+    if S == 0:
+        return 0.0
+    cross = np.r_[(place[1:] != place[:-1]).astype(float), 0.0]  # crossing from s to s + 1
+    tail_f = np.cumsum(costs.f[::-1])[::-1]
+    tail_b = np.cumsum(costs.b[::-1])[::-1]
+    tail_x = np.cumsum(cross[::-1])[::-1]
+    trip = tail_f + tail_b + costs.w + 2.0 * costs.comm * tail_x
+    area = costs.act * trip * microbatches
+    if isinstance(recomputed, str):
+        if recomputed == "all":
+            return 0.0
+    elif len(recomputed):
+        area = area.copy()
+        area[np.asarray(list(recomputed), dtype=int)] = 0.0
+    held = np.bincount(place, weights=area, minlength=ranks)
+    room = memory_limit - np.bincount(place, weights=costs.mem, minlength=ranks)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(held > 0, np.where(room > 0, held / np.maximum(room, 1e-300), np.inf), 0.0)
+    return float(t.max())

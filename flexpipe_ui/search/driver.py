@@ -1,17 +1,23 @@
 """The auto-scheduler loop: seeds, bounded exploration, memory repair, local refinement.
 
-Phases (each candidate is pruned when its lower bound cannot beat the incumbent):
+Phases (each candidate is pruned when its lower bound cannot beat the incumbent; under a memory
+cap a DSL program — which fits or fails — also by ``bounds.memory_time_bound``):
 
 1. **seeds** — every library schedule on an even and a balanced split (``space.seed_candidates``),
    so the result is never worse than the best of them;
 2. **explore** — two DSL rule sets on every structure (chunks × placement × partition), cheapest
    bound first; **sweep** — the whole rule grid on the best structure, its six best rule sets on
    the runner-up;
-3. **repair** — candidates over the memory cap are re-split with the per-stage in-flight counts
-   measured on their own simulation, and retried with in-flight / memory-cap rules and recompute
-   (before the sweep when memory binds: something faster than the best fitting plan overflowed);
+3. **repair** — candidates over the memory cap (library seeds and their re-splits: a DSL program
+   with the cap never overshoots it) are re-split with the per-stage in-flight counts measured on
+   their own simulation, and answered with capped DSL rules and recompute (before the sweep when
+   memory binds: something faster than the best fitting plan overflowed);
 4. **refine** — hill-climb on the best few: move one stage boundary of the busiest rank by one
    layer and rebuild the same program.
+
+A schedule that repeats one already simulated (different rules often give the same order once
+the cap binds) reuses that simulation; it still counts against the budgets, so the search path
+does not depend on the cache.
 
 Determinism: the order of evaluation depends only on the problem and ``seed`` (ties and the
 refinement's neighbour order are shuffled by ``random.Random(seed)``); the budgets
@@ -30,7 +36,7 @@ from ..ir import Plan
 from ..partition import PartitionError, balanced_partition, rank_loads
 from ..problem import Problem, ProblemError
 from ..sim import SimResult
-from .bounds import ideal_makespan, packing_makespan
+from .bounds import ideal_makespan, memory_time_bound, packing_makespan, stage_costs_cached
 from .candidates import Candidate, with_bounds
 from .evaluate import Scored, evaluate, stage_inflight
 
@@ -187,6 +193,15 @@ class _Search:
         if not force and c.bound >= self.incumbent * (1 - 1e-9):
             self.pruned += 1
             return None
+        if not force and limit is not None and "program" in c.knobs and self.best is not None:
+            # a DSL program with the cap fits or fails, so the memory-throughput bound applies
+            # (library seeds are exempt: over the cap they still seed the memory repair)
+            costs = stage_costs_cached(self.problem, c.partition, self.cache)
+            mt = memory_time_bound(costs, c.placement, self.problem.ranks, self.problem.microbatches,
+                                   limit, _extra_stages(c.knobs.get("_extra") or {}))
+            if mt >= self.incumbent * (1 - 1e-9):
+                self.pruned += 1
+                return None
         s = evaluate(c.build, self.problem, description=c.description, bound=c.bound,
                      knobs=dict(c.knobs), sims=self.sims)
         self.scored.append(s)
@@ -226,9 +241,9 @@ class _Search:
             return
         done: set = set()
         self._repair_stop = len(self.scored) + max_evals
-        for _ in range(3):  # variants that overshoot again get another round (tighter caps)
+        for _ in range(3):  # up to three rounds: the next seeds, and re-splits that still overshoot
             fresh = [sc for sc in sorted(self.over, key=lambda sc: sc[0].makespan) if id(sc[0]) not in done]
-            # programs that overshot their own cap first (one tighter cap fixes most), then a few seeds
+            # re-split seeds that still overshoot first, then the next few seeds by makespan
             todo = [sc for sc in fresh if sc[1].family != "library"][:6]
             todo += [sc for sc in fresh if sc[1].family == "library"][:8 - len(todo)]
             if not todo or self.out_of_budget():
@@ -324,6 +339,13 @@ def _best_structures(S: _Search, structs: list, k: int) -> list:
         best[key] = min(best.get(key, float("inf")), val)
     ranked = sorted(best, key=best.get)[:k]
     return [st for st in structs if (st[1], st[3]) in ranked]
+
+
+def _extra_stages(extra) -> tuple[int, ...] | str:
+    """Stages any extra operation touches (``"all"`` if one covers every stage)."""
+    if any(where == "all" for where in extra.values()):
+        return "all"
+    return tuple(sorted({s for where in extra.values() for s in where}))
 
 
 def _sizes_text(sizes) -> str:

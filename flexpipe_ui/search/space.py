@@ -13,8 +13,8 @@ placement, and the DSL/library runs only if the bound survives. The space, for `
   cap, the list scheduler's own ``memory_cap``.
 
 ``structure_rules`` are the two rule sets tried on every structure; ``all_rules`` are swept on the
-best structures. ``memory_variants`` answers an over-memory candidate with tighter rules and
-recompute.
+best structures. ``memory_variants`` answers an over-memory candidate (a library seed: capped DSL
+programs fit or fail) with capped in-flight rules and recompute.
 """
 from __future__ import annotations
 
@@ -223,8 +223,8 @@ def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4)
 
 
 def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate]:
-    """Answers to an over-memory candidate: the list scheduler's memory cap, fewer in flight,
-    recompute (``flexpipe_ui.ops``) when it exists."""
+    """Answers to an over-memory candidate: DSL rules with the list scheduler's memory cap and
+    fewer in flight, recompute (``flexpipe_ui.ops``) when it exists."""
     if not dsl_available():
         return []
     from ..dsl import Rules
