@@ -50,7 +50,10 @@ class Rules:
     formula or None (unlimited)."""
     memory_cap: float | None = None
     """Per-rank cap on static + activation memory, in the costs' units; a microbatch enters a rank
-    only when its activations on all the rank's stages fit. None: no cap."""
+    only when its activations on all the rank's stages fit, and any other allocating action (R's
+    re-created activation, LOAD, a recomputed forward's transient) runs only when it fits, so the
+    frees (W, B) run first. The simulated peak stays within the cap; a cap below one microbatch's
+    need raises up front. None: no cap."""
     backward: str = "fused"
     """``"fused"``: one B per stage and microbatch; ``"split"``: I (input grad) then W (weight grad)."""
     w_policy: str = "priority"

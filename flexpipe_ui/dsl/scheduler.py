@@ -8,6 +8,13 @@ possible start picks, among its actions ready by then, the best by its rank's ru
 list is its actions in start order. Timing here only decides the order: the caller times the
 resulting ``Schedule`` with ``sim.simulate`` (the one simulator), which reproduces these times.
 
+Under a memory cap every kind's memory effect (with the ``adjust`` of co-present kinds) is
+counted: a microbatch enters a rank only if its holdings plus the largest single allocation that
+can follow fit, and an allocating non-entry action (R, LOAD, a recomputed forward's transient) is
+not ready while it would overshoot, so the rank's frees run first. On a rank with a copy stream the
+order cannot make a copy wait for a compute free, so the result is simulated and an overshoot
+raises ``RulesMemoryError``.
+
 Within one (stage, kind) microbatches run in order (every published schedule does), so a lane
 chooses among at most (its stages × kinds) candidate heads, which keeps a decision cheap.
 """
