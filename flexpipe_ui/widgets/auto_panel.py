@@ -13,18 +13,19 @@ from __future__ import annotations
 import html
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import traitlets
+
+from ._panel import PanelBase
 
 from ..problem import Problem, load_problem
 
 __all__ = ["AutoPanel"]
 
 
-class AutoPanel(traitlets.HasTraits):
+class AutoPanel(PanelBase, traitlets.HasTraits):
     """Auto-scheduler panel. ``panel.run()`` is what the Run button does; ``panel.wait()`` joins."""
 
     running = traitlets.Bool(False)
@@ -242,21 +243,6 @@ class AutoPanel(traitlets.HasTraits):
         self.btn_open.disabled = self.btn_compare.disabled = self.running or self.result is None
         self.w_status.value = f"<div style='font:12px monospace'>{self.status}</div>"
 
-    def _guard(self, fn):
-        def run(*a, **k):
-            try:
-                return fn(*a, **k)
-            except Exception as e:  # noqa: BLE001 - callback errors go to the Output
-                self.status = f"<span style='color:#c00'>{html.escape(type(e).__name__)}: {html.escape(str(e))}</span>"
-                self.out.append_stderr(traceback.format_exc() if not isinstance(e, ValueError) else f"{e}\n")
-        return run
-
     def __repr__(self) -> str:
         best = f"best {self.best_makespan:.4g}" if self.best_makespan < float("inf") else "not run"
         return f"AutoPanel({'running' if self.running else best}, {self.evaluated} evaluated)"
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kw):
-        data = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kw)
-        data = dict(data[0] if isinstance(data, tuple) else data or {})
-        data["text/plain"] = repr(self)
-        return data

@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import traitlets
 
+from ._panel import PanelBase
+
 from ..ir import Plan, Schedule
 from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, simulate
@@ -156,7 +158,7 @@ def compare_figure(entries: Sequence[Entry], baseline: int = 0, *, show_moves: b
     return go.FigureWidget(fig) if widget else fig
 
 
-class Compare(traitlets.HasTraits):
+class Compare(PanelBase, traitlets.HasTraits):
     """Side-by-side plans: ``Compare({"auto": plan_a, "1F1B": plan_b}, problem)``.
 
     Entries are Plans/Schedules (simulated with ``problem``), SimResults or Timelines (measured);
@@ -212,9 +214,3 @@ class Compare(traitlets.HasTraits):
     def __repr__(self) -> str:
         parts = ", ".join(f"{e.name}: {e.metrics.makespan:.4g}" for e in self.entries)
         return f"Compare({parts}; baseline {self.entries[self.baseline].name})"
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kw):
-        data = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kw)
-        data = dict(data[0] if isinstance(data, tuple) else data or {})
-        data["text/plain"] = repr(self)
-        return data

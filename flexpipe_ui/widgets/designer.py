@@ -13,12 +13,13 @@ from __future__ import annotations
 import html
 import json
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import traitlets
+
+from ._panel import PanelBase
 
 from ..ir import Plan, Schedule
 from ..planfile import load_plan, plan_from_dict, plan_to_dict, save_plan
@@ -69,7 +70,7 @@ def baseline_result(plan: Plan, problem: Problem | None, costs: StageCosts) -> t
     return "1F1B", simulate(base, problem)
 
 
-class Designer(traitlets.HasTraits):
+class Designer(PanelBase, traitlets.HasTraits):
     """Drag-and-edit designer for one plan. ``display(designer)`` (or leave it last in a cell).
 
     ``problem`` gives the costs (else the uniform reference costs); ``memory_limit`` defaults to
@@ -357,17 +358,10 @@ class Designer(traitlets.HasTraits):
             self._trait_values["plan"] = plan
             self._on_plan({"new": plan})
 
-    def _guard(self, fn):
-        """Run a callback; an error goes to the Output (and ``errors``) instead of vanishing."""
-        def run(*a, **k):
-            try:
-                return fn(*a, **k)
-            except Exception as e:  # noqa: BLE001 - a widget callback must not die silently
-                msg = f"{type(e).__name__}: {e}"
-                self.errors.append(msg)
-                self._set_message(f"error: {msg}")
-                self.out.append_stderr(traceback.format_exc() if not isinstance(e, ValueError) else msg + "\n")
-        return run
+    def _report_error(self, e: Exception) -> None:
+        msg = f"{type(e).__name__}: {e}"
+        self.errors.append(msg)
+        self._set_message(f"error: {msg}")
 
     def _need_selection(self) -> str:
         if not self.selected:
@@ -496,11 +490,3 @@ class Designer(traitlets.HasTraits):
         state = f"makespan={self.makespan:.4g}" if self.valid else "INVALID"
         return (f"Designer({self.title!r}, {self.plan.ranks}x{self.plan.microbatches}, step {self._pos}"
                 f"/{len(self._history) - 1}, {state})")
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kw):
-        data = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kw)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
-        data["text/plain"] = repr(self)
-        return data

@@ -17,6 +17,8 @@ from typing import Any
 
 import traitlets
 
+from ._panel import PanelBase
+
 from ..ir import Plan
 from ..problem import Problem
 
@@ -41,7 +43,7 @@ def _get(ev: Any, key: str, default=None):
     return getattr(ev, key, default)
 
 
-class LaunchPanel(traitlets.HasTraits):
+class LaunchPanel(PanelBase, traitlets.HasTraits):
     """Start/stop training of ``plan``; ``panel.start(wait=True)`` runs it from code."""
 
     running = traitlets.Bool(False)
@@ -230,21 +232,6 @@ class LaunchPanel(traitlets.HasTraits):
         self.btn_stop.disabled = not self.running
         self.w_status.value = f"<div style='font:12px monospace'>{self.status}</div>"
 
-    def _guard(self, fn):
-        def run(*a, **k):
-            try:
-                return fn(*a, **k)
-            except Exception as e:  # noqa: BLE001 - callback errors go to the Output
-                self.status = f"<span style='color:#c00'>{html.escape(type(e).__name__)}: {html.escape(str(e))}</span>"
-                self.out.append_stderr(traceback.format_exc() if not isinstance(e, ValueError) else f"{e}\n")
-        return run
-
     def __repr__(self) -> str:
         return (f"LaunchPanel({'running' if self.running else 'idle'}, step {self.step}, "
                 f"loss {self.loss:.4g}, predicted makespan {self.predicted.makespan:.4g})")
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kw):
-        data = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kw)
-        data = dict(data[0] if isinstance(data, tuple) else data or {})
-        data["text/plain"] = repr(self)
-        return data
