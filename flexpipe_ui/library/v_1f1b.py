@@ -15,6 +15,7 @@ microbatches): (1) warm-up: 2(p-r)-1 forwards of chunk 0; (2) r pairs F(chunk 1)
 from ..dsl import RankOrder, phased, vshape
 from ..ir import Schedule
 from .base import Family
+from .zb_v import v_warmup
 
 
 def order(ranks: int, microbatches: int, chunks: int = 2) -> Schedule:
@@ -22,13 +23,7 @@ def order(ranks: int, microbatches: int, chunks: int = 2) -> Schedule:
     n = max(2 * p - 1, m)
 
     def rank(r: int, o: RankOrder) -> None:
-        c0, c1 = r, 2 * p - 1 - r
-        for _ in range(2 * (p - r) - 1):                      # (1)
-            o.F(c0)
-        for _ in range(r):                                    # (2)
-            o.F(c1).F(c0)
-        for _ in range(p - r):                                # (3)
-            o.F(c1).B(c1)
+        c0, c1 = v_warmup(o, p, r, lambda c: o.F(c).B(c))     # (1)-(3) as in ZB-V
         while o.count(c1, "F") < o.count(c0, "F") or o.count(c0, "F") < n:   # (4)
             if o.count(c0, "F") < n:
                 o.F(c0)

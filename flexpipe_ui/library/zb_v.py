@@ -13,18 +13,24 @@ from ..ir import Schedule
 from .base import Family
 
 
+def v_warmup(o: RankOrder, p: int, r: int, fwd_bwd) -> tuple[int, int]:
+    """Phases (1)-(3) shared by the V schedules; ``fwd_bwd(chunk)`` writes one F + backward."""
+    c0, c1 = r, 2 * p - 1 - r
+    for _ in range(2 * (p - r) - 1):                          # (1)
+        o.F(c0)
+    for _ in range(r):                                        # (2)
+        o.F(c1).F(c0)
+    for _ in range(p - r):                                    # (3)
+        fwd_bwd(c1)
+    return c0, c1
+
+
 def order(ranks: int, microbatches: int, chunks: int = 2) -> Schedule:
     p, m = ranks, microbatches
     n = max(2 * p - 1, m)
 
     def rank(r: int, o: RankOrder) -> None:
-        c0, c1 = r, 2 * p - 1 - r
-        for _ in range(2 * (p - r) - 1):                      # (1)
-            o.F(c0)
-        for _ in range(r):                                    # (2)
-            o.F(c1).F(c0)
-        for _ in range(p - r):                                # (3)
-            o.F(c1).I(c1).W(c1)
+        c0, c1 = v_warmup(o, p, r, lambda c: o.F(c).I(c).W(c))
         while o.count(c1, "F") < o.count(c0, "F") or o.count(c0, "F") < n:   # (4)
             if o.count(c0, "F") < n:
                 o.F(c0)
