@@ -45,6 +45,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from ..problem import load_problem
     from ..sim import simulate
     from ..validate import validate
+    from . import NAMED
+    if args.name and args.name not in NAMED:
+        raise ValueError(f"unknown schedule {args.name!r}; known: {', '.join(NAMED)} (flexpipe plan --list)")
     problem = load_problem(args.problem) if args.problem else None
     if problem is None and args.ranks is None:
         raise ValueError("give --problem PROBLEM.json, or --ranks and --microbatches for uniform costs")
