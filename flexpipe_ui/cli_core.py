@@ -47,12 +47,8 @@ def ascii_gantt(tl, width: int = 100) -> str:
 
 
 def _cmd_validate(args) -> int:
-    plan = load_plan(args.plan)
+    plan, _ = _load(args)  # with --problem, also checks the partition covers its layers
     validate(plan.schedule)
-    if args.problem:
-        problem = load_problem(args.problem)
-        if plan.partition is not None and plan.num_layers != problem.num_layers:
-            raise ValueError(f"plan partitions {plan.num_layers} layers, problem has {problem.num_layers}")
     s = plan.schedule
     print(f"ok: {args.plan}: {s.ranks} ranks, {s.num_stages} stages, {s.microbatches} microbatches, "
           f"{s.num_actions} actions")

@@ -13,7 +13,7 @@ import numpy as np
 from .ir import Action, Schedule
 from .kinds import Kind
 
-__all__ = ["Graph", "compile_schedule", "Problem_", "structure_problems", "wait_cycle"]
+__all__ = ["Graph", "compile_schedule", "Finding", "structure_problems", "wait_cycle"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +41,7 @@ class Graph:
 
 
 @dataclass(frozen=True)
-class Problem_:
+class Finding:
     """One thing wrong with a schedule: a message and the (rank, position) cells it concerns."""
 
     message: str
@@ -84,14 +84,14 @@ def _flatten(s: Schedule):
     return out
 
 
-def structure_problems(s: Schedule) -> list[Problem_]:
+def structure_problems(s: Schedule) -> list[Finding]:
     """Range, placement, duplicate and completeness problems (everything but ordering)."""
     acts, klist, rank, pos, kid, stage, mb = _flatten(s)
-    out: list[Problem_] = []
+    out: list[Finding] = []
     S, M, R = s.num_stages, s.microbatches, s.ranks
     bad_place = [st for st, r in enumerate(s.placement) if not 0 <= r < R]
     if bad_place:
-        out.append(Problem_(f"placement puts stages {bad_place} on ranks outside 0..{R - 1}"))
+        out.append(Finding(f"placement puts stages {bad_place} on ranks outside 0..{R - 1}"))
     cells = lambda idx: tuple((int(rank[i]), int(pos[i])) for i in idx)
     names = lambda idx: tuple(str(acts[i]) for i in idx)
     oor = np.flatnonzero((stage >= S) | (mb >= M))
@@ -99,13 +99,13 @@ def structure_problems(s: Schedule) -> list[Problem_]:
         a = acts[i]
         what = (f"stage {a.stage} out of range (the schedule has {S} stages, 0..{S - 1})"
                 if a.stage >= S else f"microbatch {a.microbatch} out of range (microbatches={M}, 0..{M - 1})")
-        out.append(Problem_(f"rank {rank[i]}, position {pos[i]}: {a}: {what}", cells([i]), names([i])))
+        out.append(Finding(f"rank {rank[i]}, position {pos[i]}: {a}: {what}", cells([i]), names([i])))
     ok = np.flatnonzero((stage < S) & (mb < M))
     place = np.asarray(s.placement, dtype=np.int64)
     if S:
         wrong = ok[place[stage[ok]] != rank[ok]]
         for i in wrong:
-            out.append(Problem_(f"rank {rank[i]}, position {pos[i]}: {acts[i]} is on rank {rank[i]}, but "
+            out.append(Finding(f"rank {rank[i]}, position {pos[i]}: {acts[i]} is on rank {rank[i]}, but "
                                 f"stage {stage[i]} is placed on rank {place[stage[i]]}", cells([i]), names([i])))
     # duplicates
     key = (kid[ok] * max(S, 1) + stage[ok]) * max(M, 1) + mb[ok]
@@ -119,7 +119,7 @@ def structure_problems(s: Schedule) -> list[Problem_]:
         if dup_mask[j - 1]:
             continue  # report each duplicated key once
         same = ok[order[sk == sk[j]]]
-        out.append(Problem_(f"{acts[i_dup]} appears {len(same)} times (ranks/positions "
+        out.append(Finding(f"{acts[i_dup]} appears {len(same)} times (ranks/positions "
                             + ", ".join(f"r{rank[i]}#{pos[i]}" for i in same) + ")",
                             cells(same), names(same[1:])))
     # completeness: one F and (B or I+W) per (stage, microbatch)
@@ -142,11 +142,11 @@ def structure_problems(s: Schedule) -> list[Problem_]:
         miss.sort()
         texts = [t for _, _, t in miss]
         shown = ", ".join(texts[:12]) + (f" and {len(texts) - 12} more" if len(texts) > 12 else "")
-        out.append(Problem_(f"missing actions: {shown}", (), tuple(t.split(" ")[0] for t in texts)))
+        out.append(Finding(f"missing actions: {shown}", (), tuple(t.split(" ")[0] for t in texts)))
     bwd = [k for k, kd in enumerate(klist) if kd.is_backward]
     for st, m in np.argwhere(hb & (hi | hw)):
         idx = ok[(stage[ok] == st) & (mb[ok] == m) & np.isin(kid[ok], bwd)]
-        out.append(Problem_(f"stage {st} microbatch {m} has both a fused B and a split I/W backward",
+        out.append(Finding(f"stage {st} microbatch {m} has both a fused B and a split I/W backward",
                             cells(idx), names(idx)))
     return out
 

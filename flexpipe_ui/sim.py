@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import compile_schedule, structure_problems
+from .graph import compile_schedule
 from .ir import Plan, Schedule
 from .kinds import Kind
 from .problem import Problem, StageCosts, even_partition, uniform_costs
@@ -83,7 +83,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     uniform reference costs (F = I = W = 1 per rank's share). ``comm`` overrides the latency.
     Raises ``ScheduleError`` (naming the actions) for an invalid schedule.
     """
-    from .validate import ScheduleError, deadlock_problem, _order_problems
+    from .validate import ScheduleError, deadlock_problem, static_problems
 
     sched = plan.schedule if isinstance(plan, Plan) else plan
     if isinstance(costs, Problem) or costs is None:
@@ -93,14 +93,10 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     if costs.num_stages != sched.num_stages:
         raise ValueError(f"costs are for {costs.num_stages} stages but the schedule has {sched.num_stages}")
     if not sched.__dict__.get("_valid"):
-        probs = structure_problems(sched)
+        probs = static_problems(sched)
         if probs:
             raise ScheduleError("invalid schedule", probs, sched)
     g = compile_schedule(sched)
-    if not sched.__dict__.get("_valid"):
-        probs = _order_problems(g)
-        if probs:
-            raise ScheduleError("invalid schedule", probs, sched)
     n = g.n
     dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
 
@@ -122,7 +118,6 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         targets = dst[grp]
     x = np.full(g.n_lanes * width, -np.inf)
     end = dc.copy()
-    ready = np.zeros(n)
     cap = n + 2
     check_at = 8 * g.n_lanes + 64
     positive = bool(n == 0 or dur.min() > 0)

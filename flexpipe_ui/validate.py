@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .graph import Graph, Problem_, compile_schedule, structure_problems, wait_cycle
+from .graph import Graph, Finding, compile_schedule, structure_problems, wait_cycle
 from .ir import Schedule
 
 __all__ = ["ScheduleError", "validate", "check", "render_grid"]
@@ -18,7 +18,7 @@ __all__ = ["ScheduleError", "validate", "check", "render_grid"]
 class ScheduleError(ValueError):
     """An invalid schedule. ``problems`` name the actions; ``cells`` are (rank, position) to mark."""
 
-    def __init__(self, summary: str, problems: Sequence[Problem_], schedule: Schedule | None = None):
+    def __init__(self, summary: str, problems: Sequence[Finding], schedule: Schedule | None = None):
         self.summary = summary
         self.problems = tuple(problems)
         self.schedule = schedule
@@ -65,19 +65,19 @@ def render_grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), width
     return "\n".join(out)
 
 
-def _order_problems(g: Graph) -> list[Problem_]:
+def order_problems(g: Graph) -> list[Finding]:
     """Dependencies on the same lane that come later in the list than their dependant."""
     same = (g.lane[g.src] == g.lane[g.dst]) & (g.lane_pos[g.src] > g.lane_pos[g.dst])
     out = []
     for a, b in zip(g.src[same].tolist(), g.dst[same].tolist()):
         r = int(g.rank[b])
-        out.append(Problem_(f"rank {r}: {g.actions[b]} (position {g.pos[b]}) needs {g.actions[a]}, which "
+        out.append(Finding(f"rank {r}: {g.actions[b]} (position {g.pos[b]}) needs {g.actions[a]}, which "
                             f"comes later (position {g.pos[a]}) on the same rank",
                             ((r, int(g.pos[b])), (r, int(g.pos[a]))), (str(g.actions[b]), str(g.actions[a]))))
     return out
 
 
-def deadlock_problem(g: Graph) -> Problem_ | None:
+def deadlock_problem(g: Graph) -> Finding | None:
     found = wait_cycle(g)
     if found is None:
         return None
@@ -89,19 +89,23 @@ def deadlock_problem(g: Graph) -> Problem_ | None:
         cells += [(rb, int(g.pos[blocked])), (ra, int(g.pos[awaited]))]
         names += [str(g.actions[blocked]), str(g.actions[awaited])]
     ranks = sorted({int(g.rank[b]) for b, _ in pairs})
-    return Problem_(f"deadlock among ranks {ranks}: " + "; ".join(parts), tuple(cells), tuple(names))
+    return Finding(f"deadlock among ranks {ranks}: " + "; ".join(parts), tuple(cells), tuple(names))
 
 
-def check(schedule: Schedule) -> list[Problem_]:
-    """All problems found, in the order structure → local order → deadlock (empty if valid)."""
+def static_problems(schedule: Schedule) -> list[Finding]:
+    """Structure problems, else local-order problems: everything short of the deadlock search."""
     probs = structure_problems(schedule)
     if probs:
         return probs
-    g = compile_schedule(schedule)
-    probs = _order_problems(g)
+    return order_problems(compile_schedule(schedule))
+
+
+def check(schedule: Schedule) -> list[Finding]:
+    """All problems found, in the order structure → local order → deadlock (empty if valid)."""
+    probs = static_problems(schedule)
     if probs:
         return probs
-    d = deadlock_problem(g)
+    d = deadlock_problem(compile_schedule(schedule))
     return [d] if d else []
 
 
