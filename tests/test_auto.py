@@ -102,7 +102,7 @@ def test_deterministic_for_a_seed():
 
 
 def test_progress_events_and_cancel():
-    problem = _gpt_like()
+    problem = _gpt_like(mb=4)  # few microbatches: dozens of candidates survive the bounds
     events = []
     auto(problem, progress=events.append, **SMALL)
     assert events and [e.evaluated for e in events] == list(range(1, len(events) + 1))
@@ -157,6 +157,43 @@ def test_bounds_are_lower_bounds_of_simulated_candidates():
             assert res.makespan >= b.time * (1 - 1e-9), c.description
             assert res.makespan >= packing_makespan(problem) * (1 - 1e-9), c.description
             assert res.metrics.max_peak_memory >= b.memory * (1 - 1e-9) - 1e-9, c.description
+
+
+def _random_problem(rng, ranks, mb, n):
+    layers = tuple(Layer(f=rng.uniform(0.1, 3), b=rng.uniform(0.1, 3), w=rng.uniform(0.0, 2),
+                         act=1.0) for _ in range(n))
+    return Problem(ranks=ranks, microbatches=mb, layers=layers, comm=rng.choice([0.0, 0.3, 2.0]))
+
+
+def test_release_bound_is_a_lower_bound_on_every_candidate_kind():
+    """Random costs, comm and few microbatches (where ``release`` binds): every library schedule
+    and DSL program simulates to at least its bound, and the bound is never below ``work``."""
+    rng = random.Random(1)
+    tight = 0
+    for trial in range(6):
+        ranks = rng.choice([2, 3, 4])
+        problem = _random_problem(rng, ranks, rng.choice([1, 2, ranks, 2 * ranks]), rng.randint(2 * ranks, 4 * ranks))
+        cands = sp.seed_candidates(problem) + sp.program_candidates(problem)
+        for c in rng.sample(cands, min(10, len(cands))):
+            b = time_bounds(problem.stage_costs(c.partition), c.placement, problem.ranks, problem.microbatches)
+            assert b.release >= b.work * (1 - 1e-12)
+            try:
+                res = simulate(c.build(), problem)
+            except ValueError:
+                continue
+            assert res.makespan >= b.release * (1 - 1e-9), (trial, c.description)
+            tight += res.makespan <= b.release * 1.05
+    assert tight > 0  # the bound is close on some candidates, not vacuous
+
+
+def test_release_bound_sees_the_round_trip():
+    """One stage per rank, one microbatch: the first rank waits for the whole round trip, so the
+    bound is the chain F... + I... + W0 exactly, well above busy time + arrival."""
+    problem = _uniform(ranks=4, mb=1, n=4)
+    b = time_bounds(problem.stage_costs(((0,), (1,), (2,), (3,))), (0, 1, 2, 3), 4, 1)
+    assert b.work == pytest.approx(3 + 3)          # rank 3: arrival 3, busy F+I+W
+    assert b.release == pytest.approx(4 + 4 + 1)   # 4 F, 4 I, then W of stage 0
+    assert simulate(sp.seed_candidates(problem)[0].build(), problem).makespan >= b.release - 1e-9
 
 
 def test_stage_inflight_counts_held_microbatches():

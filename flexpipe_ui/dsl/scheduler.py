@@ -147,9 +147,10 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     kps = stage_kinds(placement, rank_rules, extra)
     G = _groups(placement, kps, ranks, float(costs.comm))
     n = len(G.stage)
+    g_rank, g_lane, g_users, g_stage = G.rank, G.lane, G.users, G.stage  # hot-loop locals
     dur = duration_table(tuple(dict.fromkeys(G.kind)), costs)
     kid = {k.name: i for i, k in enumerate(dict.fromkeys(G.kind))}
-    gdur = [float(dur[kid[G.kind[g].name], G.stage[g]]) for g in range(n)]
+    gdur = [float(dur[kid[G.kind[g].name], g_stage[g]]) for g in range(n)]
     act = [float(a) for a in costs.act]
     local = [[s for s in range(S) if placement[s] == r] for r in range(ranks)]
     v_of = [len(x) for x in local]
@@ -160,9 +161,9 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
 
     # memory effect of each group (units of its stage's act), adjusts of co-present kinds applied
     names = [G.kind[g].name for g in range(n)]
-    at = {(G.stage[g], names[g]): g for g in range(n)}
+    at = {(g_stage[g], names[g]): g for g in range(n)}
     eff = memory_effects(kps)
-    effects = [_group_memory(eff[G.stage[g]], names[g], act[G.stage[g]]) for g in range(n)]
+    effects = [_group_memory(eff[g_stage[g]], names[g], act[g_stage[g]]) for g in range(n)]
     net = [e[0] for e in effects]
     # ``alloc``: what a group adds above the rank's memory while it runs (a forward: beyond what
     # its microbatch reserved at admission, e.g. a recomputed stage's transient; R or LOAD: the
@@ -171,18 +172,18 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     peak_f = [0.0] * S
     for g in range(n):
         if G.kind[g].is_forward:
-            peak_f[G.stage[g]] = effects[g][2]
+            peak_f[g_stage[g]] = effects[g][2]
     static = [float(sum(costs.mem[s] for s in local[r])) for r in range(ranks)]
     caps = [rank_rules[r].memory_cap for r in range(ranks)]
     hold = [sum(peak_f[s] for s in local[r]) for r in range(ranks)]
     # an entering microbatch must leave room for its holdings plus the largest single allocation
     # that can follow, so the admitted microbatches can always progress one action at a time
-    need = [hold[r] + max([alloc[g] for g in range(n) if G.rank[g] == r] + [0.0]) for r in range(ranks)]
+    need = [hold[r] + max([alloc[g] for g in range(n) if g_rank[g] == r] + [0.0]) for r in range(ranks)]
 
     # per-group scheduling attributes
     entry_stage = [min(x) if x else -1 for x in local]
     is_fwd = [G.kind[g].is_forward for g in range(n)]
-    is_entry = [is_fwd[g] and G.stage[g] == entry_stage[G.rank[g]] for g in range(n)]
+    is_entry = [is_fwd[g] and g_stage[g] == entry_stage[g_rank[g]] for g in range(n)]
     releases = [G.kind[g].computes_weight_grad for g in range(n)]
     releases_wu = [G.kind[g].computes_input_grad for g in range(n)]
     is_bwd = [G.kind[g].is_backward for g in range(n)]
@@ -192,7 +193,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     jit_feeders: list[list[int]] = [[] for _ in range(n)]
     for g in range(n):
         for name in G.kind[g].before:
-            t = at.get((G.stage[g], name))
+            t = at.get((g_stage[g], name))
             if t is not None:
                 jit_targets[g].append(t)
                 jit_feeders[t].append(g)
@@ -202,14 +203,14 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     fill = [False] * n
     S2 = 2 * S + 1
     for g in range(n):
-        rr = rank_rules[G.rank[g]]
+        rr = rank_rules[g_rank[g]]
         k = G.kind[g]
         pr = rr.priority
         tr = (pr.index(k.name) + 1) if k.name in pr else 0
         if k.name == "W" and rr.w_policy == "fill":
             tr = _W_FILL
             fill[g] = True
-        s = G.stage[g]
+        s = g_stage[g]
         d = s if k.is_forward else 2 * S - 1 - s
         if rr.traversal == "depth":
             keybase[g], kmul[g] = (tr * S2 + (S2 - 1 - d)) * (M + 1), 1
@@ -224,16 +225,16 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     fwd_left = [0] * ranks
     for g in range(n):
         if is_fwd[g]:
-            fwd_left[G.rank[g]] += M
+            fwd_left[g_rank[g]] += M
     ffirst = [rank_rules[r].forwards_first for r in range(ranks)]
 
     lane_groups = [[] for _ in range(G.n_lanes)]
     for g in range(n):
-        lane_groups[G.lane[g]].append(g)
+        lane_groups[g_lane[g]].append(g)
     lanes_of_rank = [[] for _ in range(ranks)]
     for L in range(G.n_lanes):
         if lane_groups[L]:
-            lanes_of_rank[G.rank[lane_groups[L][0]]].append(L)
+            lanes_of_rank[g_rank[lane_groups[L][0]]].append(L)
     multi_lane = [len(x) > 1 for x in lanes_of_rank]
     compute_lane = {L: G.kind[lane_groups[L][0]].occupies_compute for L in range(G.n_lanes) if lane_groups[L]}
 
@@ -254,7 +255,7 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
     heap: list[tuple[float, int, int]] = []
 
     def admissible(g: int) -> bool:
-        r = G.rank[g]
+        r = g_rank[g]
         if is_entry[g]:
             lim = lim_if[r]
             if lim is not None and inflight[r] + v_of[r] > lim:
@@ -273,11 +274,13 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         return True
 
     def candidates(L: int):
-        """(best time, key, group) over the lane's admissible ready heads; time=None if none."""
+        """(earliest start, [(start, key, group)] of the lane's admissible ready heads, the
+        group with the smallest (key, group) among those starting earliest); None, [], -1 if none."""
         T0 = free[L]
         f = forced.get(L)
         groups = (f,) if f is not None else lane_groups[L]
         best_t = None
+        best_k = best_g = -1
         cand = []
         for g in groups:
             m = head[g]
@@ -300,20 +303,24 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
                     continue
             if t < T0:
                 t = T0
-            cand.append((t, keybase[g] + m * kmul[g], g))
-            if best_t is None or t < best_t:
-                best_t = t
-        return best_t, cand
+            key = keybase[g] + m * kmul[g]
+            cand.append((t, key, g))
+            if best_t is None or t < best_t or (t == best_t and (key < best_k or (key == best_k and g < best_g))):
+                best_t, best_k, best_g = t, key, g
+        return best_t, cand, best_g
 
-    mem_gate = [caps[G.rank[g]] is not None and alloc[g] > 0 for g in range(n)]
-    gate = [is_entry[g] or (ffirst[G.rank[g]] and is_bwd[g]) or mem_gate[g] for g in range(n)]
+    mem_gate = [caps[g_rank[g]] is not None and alloc[g] > 0 for g in range(n)]
+    gate = [is_entry[g] or (ffirst[g_rank[g]] and is_bwd[g]) or mem_gate[g] for g in range(n)]
     cached: list = [None] * G.n_lanes
+    cached_g: list = [-1] * G.n_lanes
+    lane_rank = [g_rank[x[0]] if x else -1 for x in lane_groups]
 
     def push(L: int) -> None:
         version[L] += 1
-        t, cand = candidates(L)
+        t, cand, g = candidates(L)
         cached[L] = cand  # valid until the lane's version changes
-        r = G.rank[lane_groups[L][0]]
+        cached_g[L] = g
+        r = lane_rank[L]
         if t is None and pending[r]:
             t = max(free[L], pending[r][0][0])  # a copy-stream free may unblock an entry
         if t is not None:
@@ -327,19 +334,21 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         t, L, ver = heapq.heappop(heap)
         if ver != version[L]:
             continue
-        r = G.rank[lane_groups[L][0]]
+        r = lane_rank[L]
         cand = cached[L]
         pend = pending[r]
         if pend and pend[0][0] <= t:
             while pend and pend[0][0] <= t:
                 mem[r] += heapq.heappop(pend)[1]
-            bt, cand = candidates(L)
+            bt, cand, _ = candidates(L)
             if bt is None or bt > t:
                 push(L)
                 continue
+            g = min((c[1], c[2]) for c in cand if c[0] <= t)[1]
         elif not cand:
             continue
-        g = min((c[1], c[2]) for c in cand if c[0] <= t)[1]
+        else:
+            g = cached_g[L]  # the heap time is the earliest start: the best of those starting then
         if fill[g]:
             # a bubble-filling W must not delay work already announced (its inputs are scheduled)
             horizon = t + gdur[g]
@@ -366,9 +375,9 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
             if is_entry[g]:
                 inflight[r] += v_of[r]
                 warm[r] += v_of[r]
-                reserved[r] += hold[r] - peak_f[G.stage[g]]
+                reserved[r] += hold[r] - peak_f[g_stage[g]]
             else:
-                reserved[r] -= peak_f[G.stage[g]]
+                reserved[r] -= peak_f[g_stage[g]]
         if releases[g]:
             inflight[r] -= 1
             dirty.update(lanes_of_rank[r])
@@ -392,17 +401,17 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         if jit_targets[g]:
             for tg in jit_targets[g]:
                 jit_left[tg * M + m] -= 1
-        for h, wt in G.users[g]:
+        for h, wt in g_users[g]:
             j = h * M + m
             tt = end + wt
             if tt > ready[j]:
                 ready[j] = tt
             unmet[j] -= 1
             if not unmet[j]:
-                dirty.add(G.lane[h])
+                dirty.add(g_lane[h])
             elif jit_feeders[h] and unmet[j] == jit_left[j]:
                 for f in jit_feeders[h]:
-                    dirty.add(G.lane[f])
+                    dirty.add(g_lane[f])
         for x in dirty:
             push(x)
     if done < total:

@@ -8,7 +8,14 @@ drops a candidate that could beat the incumbent):
   its first stage, with ``comm`` on each rank crossing) and after its last stage's last backward
   can no longer be followed by anything (nothing: W may end the step);
 - ``chain``: one microbatch's forward down all stages, backward-for-inputs back up and the first
-  stage's W, with ``comm`` on every rank crossing.
+  stage's W, with ``comm`` on every rank crossing;
+- ``release``: each rank as one machine whose jobs have release dates: stage s's forwards (all
+  microbatches) cannot start before microbatch 0's input arrives (``work``'s arrival), and its
+  backwards (I, W, B) not before microbatch 0 has gone forward through every stage and its
+  input-gradient back down to s + 1. Any schedule on the rank is at least the preemptive
+  single-machine optimum ``max over τ of τ + Σ work released at or after τ``. This is what binds
+  when microbatches are few: a rank runs out of forwards before the first backward comes back,
+  so ``release >= work``.
 
 Memory-throughput (``memory_time_bound``, for schedules that fit a cap): each activation is held
 for at least its stage's forward-backward round trip and a rank holds at most cap − static at once,
@@ -38,12 +45,14 @@ class Bounds:
     """max over ranks of its compute plus the earliest its first input can arrive."""
     chain: float
     """One microbatch's critical path through all stages and back."""
+    release: float
+    """max over ranks of the single-machine bound with forward and backward release dates."""
     memory: float
     """max over ranks of static memory + its largest stage's activation (one microbatch)."""
 
     @property
     def time(self) -> float:
-        return max(self.work, self.chain)
+        return max(self.work, self.chain, self.release)
 
 
 def stage_costs_cached(problem: Problem, partition, cache: dict) -> StageCosts:
@@ -76,7 +85,34 @@ def time_bounds(costs: StageCosts, placement: Sequence[int], ranks: int, microba
     static = np.bincount(place, weights=costs.mem, minlength=ranks)
     big = np.zeros(ranks)
     np.maximum.at(big, place, costs.act)
-    return Bounds(work=work, chain=chain, memory=float((static + big).max()))
+    release = _release_bound(costs, place, ranks, microbatches, arrive, cross, extra_work) if S else 0.0
+    return Bounds(work=work, chain=chain, release=release, memory=float((static + big).max()))
+
+
+def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatches: int,
+                   arrive: np.ndarray, cross: np.ndarray, extra_work: np.ndarray | None) -> float:
+    """``Bounds.release``: per rank, max over its jobs j of release_j + Σ of its jobs released
+    no earlier than j (jobs sorted by release within the rank, suffix sums)."""
+    S = len(place)
+    # microbatch 0 reaches the end of the forward at ``top``; its input gradient then needs the
+    # I (or B) of every later stage and a transfer on every crossing back down to s
+    top = float(costs.f.sum() + costs.comm * cross.sum())
+    up = np.r_[cross[1:], 0.0]  # crossing from s to s + 1
+    back = np.r_[np.cumsum(costs.b[::-1])[::-1][1:], 0.0] + costs.comm * np.cumsum(up[::-1])[::-1]
+    fwork = costs.f * microbatches
+    if extra_work is not None:
+        fwork = fwork + np.asarray(extra_work, float) * microbatches  # recompute: released with F
+    rel = np.r_[arrive, top + back]
+    size = np.r_[fwork, (costs.b + costs.w) * microbatches]
+    rank = np.r_[place, place]
+    order = np.lexsort((rel, rank))
+    rel, size, rank = rel[order], size[order], rank[order]
+    suffix = np.cumsum(size[::-1])[::-1]
+    # suffix within the rank: subtract what later ranks hold
+    after = np.zeros(ranks + 1)
+    after[:ranks] = np.cumsum(np.bincount(rank, weights=size, minlength=ranks)[::-1])[::-1] - \
+        np.bincount(rank, weights=size, minlength=ranks)
+    return float((rel + suffix - after[rank]).max())
 
 
 def memory_floor(costs: StageCosts, placement: Sequence[int], ranks: int) -> float:

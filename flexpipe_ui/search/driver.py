@@ -1,7 +1,8 @@
 """The auto-scheduler loop: seeds, bounded exploration, memory repair, local refinement.
 
-Phases (each candidate is pruned when its lower bound cannot beat the incumbent; under a memory
-cap a DSL program — which fits or fails — also by ``bounds.memory_time_bound``):
+Phases (each candidate is pruned when its lower bound cannot beat the incumbent, or with ``top`` K
+the K-th best plan so far; under a memory cap a DSL program — which fits or fails — also by
+``bounds.memory_time_bound``):
 
 1. **seeds** — every library schedule on an even and a balanced split (``space.seed_candidates``),
    so the result is never worse than the best of them;
@@ -174,6 +175,20 @@ class _Search:
     def incumbent(self) -> float:
         return self.best.makespan if self.best is not None else math.inf
 
+    @property
+    def threshold(self) -> float:
+        """What a candidate's lower bound must beat to matter: the incumbent, or with ``top`` K > 1
+        the K-th best distinct fitting plan so far (a candidate could still enter the top K)."""
+        if self.top == 1:
+            return self.incumbent
+        best: dict = {}
+        for x in self.scored:
+            if x.ok:
+                key = (x.description, tuple(len(p) for p in x.plan.partition or ()))
+                best[key] = min(best.get(key, math.inf), x.makespan)
+        spans = sorted(best.values())
+        return spans[self.top - 1] if len(spans) >= self.top else math.inf
+
     # -- one candidate -------------------------------------------------------------------------
     def consider(self, c: Candidate, *, force: bool = False) -> Scored | None:
         key = (c.knobs.get("key", c.description), tuple(len(p) for p in c.partition))
@@ -190,7 +205,8 @@ class _Search:
         if limit is not None and c.bounds.memory > limit * (1 + 1e-9):
             self.pruned += 1
             return None
-        if not force and c.bound >= self.incumbent * (1 - 1e-9):
+        bar = self.threshold
+        if not force and c.bound >= bar * (1 - 1e-9):
             self.pruned += 1
             return None
         if not force and limit is not None and "program" in c.knobs and self.best is not None:
@@ -199,7 +215,7 @@ class _Search:
             costs = stage_costs_cached(self.problem, c.partition, self.cache)
             mt = memory_time_bound(costs, c.placement, self.problem.ranks, self.problem.microbatches,
                                    limit, _extra_stages(c.knobs.get("_extra") or {}))
-            if mt >= self.incumbent * (1 - 1e-9):
+            if mt >= bar * (1 - 1e-9):
                 self.pruned += 1
                 return None
         s = evaluate(c.build, self.problem, description=c.description, bound=c.bound,
