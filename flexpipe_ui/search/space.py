@@ -145,7 +145,7 @@ def structure_rules(problem: Problem, pl) -> list:
     """The two rule sets tried on every structure: zero-bubble-like and 1F1B-like."""
     from ..dsl import Rules
     cap = problem.memory_limit
-    zb = Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap)
+    zb = Rules(backward="split", priority=("I", "F", "W"), w_policy="priority", memory_cap=cap)
     ofob = Rules(backward="fused", priority=("B", "F"), in_flight=one_f_one_b_depth(pl), memory_cap=cap)
     return [zb, ofob]
 
@@ -157,7 +157,7 @@ def all_rules(problem: Problem, pl) -> list:
     depth = one_f_one_b_depth(pl)
     out = []
     for prio, wp in ((("I", "F", "W"), "fill"), (("I", "F", "W"), "eager"), (("F", "I", "W"), "fill"),
-                     (("I", "W", "F"), "priority")):
+                     (("I", "W", "F"), "priority"), (("I", "F", "W"), "priority")):
         for trav in ("depth", "breadth"):
             for infl in (None, depth):
                 out.append(Rules(backward="split", priority=prio, w_policy=wp, traversal=trav,
