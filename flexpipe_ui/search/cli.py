@@ -1,4 +1,4 @@
-"""``flexpipe auto PROBLEM.json -o PLAN.json [--time-limit S] [--top K] [--seed N]``.
+"""``flexpipe auto PROBLEM.json -o PLAN.json [--time-limit S] [--top K] [--seed N] [--exact S]``.
 
 Prints the top-K table (makespan, peak memory, what it is) and the search statistics; writes the
 best plan to ``-o`` and, with ``--top K``, the runners-up beside it as ``PLAN.2.json`` ... Progress
@@ -36,6 +36,12 @@ def _cmd_auto(args) -> int:
         raise ValueError(f"--top must be >= 1, got {args.top}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.exact < 0:
+        raise ValueError(f"--exact must be >= 0 seconds, got {args.exact}")
+    if args.exact > 0:
+        from .exact import available
+        if not available():
+            raise ValueError("--exact needs OR-Tools: pip install ortools (or the package's [exact] extra)")
 
     best = [float("inf")]
 
@@ -46,7 +52,8 @@ def _cmd_auto(args) -> int:
                   f"{ev.description}", file=sys.stderr)
 
     res = auto_search(problem, time_limit=args.time_limit, seed=args.seed, top=args.top,
-                      progress=None if args.quiet else progress, max_evals=args.max_evals)
+                      progress=None if args.quiet else progress, max_evals=args.max_evals,
+                      exact=args.exact)
     out = Path(args.output)
     save_plan(res.best, out)
     for k, (plan, _, _) in enumerate(res.candidates[1:], 2):
@@ -58,8 +65,16 @@ def _cmd_auto(args) -> int:
         seed_txt = (f"; best library schedule {res.best_seed[1].makespan:.6g} ({res.best_seed[2]}), "
                     f"speed-up {res.best_seed[1].makespan / res.makespan:.3f}x")
     limit = problem.memory_limit
-    print(f"lower bound (sum of work / ranks) {res.lower_bound:.6g}; auto is "
-          f"{res.makespan / res.lower_bound:.3f}x of it{seed_txt}")
+    from .bounds import packing_makespan
+    pk = packing_makespan(problem)
+    print(f"lower bound (sum of work / ranks) {res.lower_bound:.6g}, with indivisible layers {pk:.6g}; "
+          f"auto is {res.makespan / res.lower_bound:.3f}x / {res.makespan / pk:.3f}x of them{seed_txt}")
+    for run in st.get("exact", []):
+        if "before" in run:
+            print(f"exact order ({run['status']}, {run['seconds']:.1f} s): {run['before']:.6g} -> {run['after']:.6g}, "
+                  f"nothing on this structure beats {run['bound']:.6g}: {run['candidate']}")
+        else:
+            print(f"exact order: {run['status']}")
     print(f"memory limit {limit if limit is not None else 'none'}; evaluated {st['evaluated']}, "
           f"pruned {st['pruned']}, over memory {st['over_memory']}, failed {st['failed']} in "
           f"{st['elapsed_s']:.2f} s (stopped: {st['stopped']})")
@@ -80,5 +95,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="tie-break seed (same seed, same result)")
     p.add_argument("--max-evals", type=int, default=None, metavar="N", help="simulation budget")
     p.add_argument("--memory-limit", type=float, default=None, help="override the problem's per-rank cap")
+    p.add_argument("--exact", type=float, default=0.0, metavar="S",
+                   help="spend S seconds re-ordering the best structures' actions with CP-SAT (needs ortools; "
+                        "wall-clock, so machine-dependent); prints each structure's proven lower bound")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=_cmd_auto)
