@@ -63,8 +63,7 @@ def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, b
         if sims is None:
             res = simulate(plan, problem)
         else:
-            sched = plan.schedule
-            key = (sched.placement, sched.order, plan.partition)
+            key = _schedule_key(plan)
             res = sims.get(key)
             if res is None:
                 res = sims[key] = simulate(plan, problem)
@@ -74,6 +73,17 @@ def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, b
     peak = res.metrics.max_peak_memory
     return Scored(description, plan, res, res.metrics.makespan, peak,
                   fits_memory(peak, problem.memory_limit), bound, "", knobs)
+
+
+def _schedule_key(plan: Plan) -> tuple:
+    """A plan's identity for the simulation cache, from the flat arrays the simulator builds anyway
+    (hashing thousands of ``Action`` objects per candidate cost more than some simulations)."""
+    from ..graph import _flatten
+    sched = plan.schedule
+    _, klist, rank, _, kid, stage, mb = _flatten(sched)
+    names = tuple(k.name for k in klist)
+    body = np.stack([rank, kid, stage, mb]).tobytes() if len(rank) else b""
+    return (sched.placement, plan.partition, names, body)
 
 
 def stage_inflight(result: SimResult) -> np.ndarray:
