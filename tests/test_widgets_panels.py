@@ -58,6 +58,20 @@ def test_auto_panel_stop_keeps_best_so_far():
     assert panel.result is not None and panel.result.stats["stopped"] == "cancelled"
 
 
+def test_auto_panel_exact_polish_is_reported():
+    from flexpipe_ui.search.exact import available
+    if not available():
+        pytest.skip("ortools not installed")
+    panel = AutoPanel(preset="few_microbatches", ranks=4, microbatches=4, time_limit=30)
+    assert not panel.w_exact.disabled
+    panel.w_exact.value = 3.0
+    panel.run(wait=True)
+    assert panel.error is None, panel.status
+    runs = panel.result.stats["exact"]
+    assert runs and "exact:" in panel.status and "≥" in panel.status
+    assert panel.result.makespan <= min(r["before"] for r in runs) + 1e-9
+
+
 def test_auto_panel_bad_profile_is_reported():
     panel = AutoPanel(preset="gpt")
     panel.w_profile.value = "/nonexistent/profile.json"

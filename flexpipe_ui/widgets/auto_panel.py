@@ -68,6 +68,11 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self.w_time = w.FloatText(value=time_limit, description="time (s)", layout=w.Layout(width="150px"))
         self.w_seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="130px"))
         self.w_top = w.BoundedIntText(value=top, min=1, max=50, description="top", layout=w.Layout(width="120px"))
+        from ..search.exact import available as exact_available
+        self.w_exact = w.FloatText(value=0.0, description="exact (s)", layout=w.Layout(width="150px"),
+                                   disabled=not exact_available(),
+                                   tooltip="seconds of CP-SAT re-ordering on the best structures (0: off)"
+                                   if exact_available() else "needs OR-Tools: pip install ortools")
         self.btn_run = w.Button(description="Run", icon="play", button_style="success")
         self.btn_stop = w.Button(description="Stop", icon="stop", disabled=True, button_style="danger")
         self.progress = w.IntProgress(value=0, min=0, max=100, description="0 evals",
@@ -91,7 +96,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
             self.w_profile.disabled = True
         self.widget = w.VBox([
             w.HBox([self.w_preset, self.w_profile]),
-            w.HBox([self.w_ranks, self.w_mbs, self.w_cap, self.w_time, self.w_seed, self.w_top]),
+            w.HBox([self.w_ranks, self.w_mbs, self.w_cap, self.w_time, self.w_seed, self.w_top, self.w_exact]),
             w.HBox([self.btn_run, self.btn_stop, self.progress]), self.w_status, self.figure,
             self.w_candidates, w.HBox([self.btn_open, self.btn_compare]), self.out])
 
@@ -151,7 +156,8 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         try:
             res = auto_search(problem, time_limit=float(self.w_time.value) or None,
                               seed=int(self.w_seed.value), progress=self._on_progress,
-                              top=int(self.w_top.value), cancel=self._cancel, max_evals=max_evals)
+                              top=int(self.w_top.value), cancel=self._cancel, max_evals=max_evals,
+                              exact=max(0.0, float(self.w_exact.value or 0.0)))
         except Exception as e:  # noqa: BLE001 - shown in the panel (NoFeasiblePlan, cancelled...)
             self.error = e
             self.status = f"<span style='color:#c00'>{html.escape(type(e).__name__)}: {html.escape(str(e))}</span>"
@@ -172,6 +178,10 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self.status = (f"done ({st.get('stopped')}): {st.get('evaluated')} evaluated, {st.get('pruned')} pruned "
                        f"in {st.get('elapsed_s')} s · best {res.makespan:.4g} (lower bound "
                        f"{res.lower_bound:.4g})")
+        runs = [x for x in st.get("exact", []) if "bound" in x]
+        if runs:
+            self.status += " · exact: " + ", ".join(
+                f"{x['before']:.4g}→{x['after']:.4g} (≥ {x['bound']:.4g}, {x['status'].lower()})" for x in runs)
         self.running = False
 
     def _on_progress(self, p) -> None:
