@@ -116,3 +116,16 @@ def test_auto_search_exact_phase_records_runs_and_never_loses():
     assert runs and all(run["bound"] <= run["after"] + 1e-9 for run in runs)
     assert all(run["after"] <= run["before"] + 1e-9 for run in runs)
     validate(res.best.schedule)
+
+
+def test_cli_exact_flag(tmp_path, capsys):
+    from flexpipe_ui.cli import main
+    from flexpipe_ui.planfile import load_plan
+    from flexpipe_ui.problem import save_problem
+    save_problem(_few_mb(), tmp_path / "p.json")
+    rc = main(["auto", str(tmp_path / "p.json"), "-o", str(tmp_path / "plan.json"), "--exact", "3", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "exact order (" in out and "nothing on this structure beats" in out
+    validate(load_plan(tmp_path / "plan.json").schedule)
+    assert main(["auto", str(tmp_path / "p.json"), "-o", str(tmp_path / "x.json"), "--exact", "-1"]) == 2
+    assert "--exact must be >= 0" in capsys.readouterr().err
