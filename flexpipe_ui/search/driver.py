@@ -233,12 +233,16 @@ class _Search:
             self.best = s
         if c.family == "library" and s.ok and (self.best_seed is None or s.makespan < self.best_seed.makespan):
             self.best_seed = s
+        self._notify()
+        return s
+
+    def _notify(self) -> None:
+        """One progress event (after each evaluation)."""
         if self.progress is not None:
             b = self.best
             self.progress(Progress(len(self.scored), self.max_evals, self.incumbent,
                                    b.plan if b else None, self.elapsed(), self.phase, self.pruned,
                                    b.description if b else ""))
-        return s
 
     def run_list(self, cands: Sequence[Candidate], *, force: bool = False) -> None:
         cands = [with_bounds(c, self.problem, self.cache) for c in cands]
@@ -346,10 +350,7 @@ class _Search:
             self.scored.append(scored)
             if scored.ok and scored.makespan < self.incumbent * (1 - 1e-12):
                 self.best = scored
-            if self.progress is not None:
-                b = self.best
-                self.progress(Progress(len(self.scored), self.max_evals, self.incumbent, b.plan if b else None,
-                                       self.elapsed(), self.phase, self.pruned, b.description if b else ""))
+            self._notify()
 
     def _neighbours(self, c: Candidate, scored: Scored) -> list[Candidate]:
         """Splits that give one layer of the busiest rank — and, under a memory cap, of the rank
