@@ -2,6 +2,7 @@
 offload/reload), or the program is refused with the numbers: a grid of caps × programs, with and
 without recompute, each simulated by the one simulator."""
 import random
+import zlib
 
 import pytest
 
@@ -39,11 +40,12 @@ def _problem(p, m, S, rng):
 @pytest.mark.parametrize("pl", [looped(1), looped(2), vshape(), wave(3)], ids=repr)
 @pytest.mark.parametrize("recompute", ["none", "all", "even stages"])
 def test_capped_programs_stay_under_the_cap_or_are_refused(p, m, pl, recompute):
-    rng = random.Random(hash((p, m, repr(pl), recompute)) % 1000)
+    # a stable seed: hash() of a str tuple changes with PYTHONHASHSEED between runs
+    rng = random.Random(zlib.crc32(repr((p, m, pl, recompute)).encode()) % 1000)
     S = len(pl(p))
     prob = _problem(p, m, S, rng)
     extra = {"none": {}, "all": {"R": "all"}, "even stages": {"R": tuple(range(0, S, 2))}}[recompute]
-    fitted = refused = 0
+    fitted = refused = binding = 0
     for rules in RULES:
         prog = Program(placement=pl, rules=rules, extra=extra)
         free = simulate(prog.plan(problem=prob), prob).metrics.max_peak_memory
@@ -61,7 +63,10 @@ def test_capped_programs_stay_under_the_cap_or_are_refused(p, m, pl, recompute):
             peak = simulate(plan, prob).metrics.peak_memory
             assert max(peak) <= cap * (1 + 1e-9), (rules, frac, peak, cap)
             fitted += 1
-    assert fitted > refused  # the grid exercises the cap, not only the refusal
+            binding += frac < 1.0  # fits a cap below the free peak: the cap shaped the order
+    # the grid exercises the cap, not only the refusal: over 11 seeds of every case at least 12 of
+    # the 32 binding caps were met (refusals reach 21 of 40 for p=2 with recompute)
+    assert binding >= len(RULES), (fitted, refused, binding)
 
 
 def test_recompute_on_tight_memory_preset_respects_the_cap():
