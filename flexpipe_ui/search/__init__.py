@@ -6,7 +6,9 @@ top-K candidates and statistics. See ``driver`` for the phases, ``space`` for th
 """
 from .driver import (NoFeasiblePlan, Progress, SearchCancelled, SearchResult, auto, auto_search,
                      default_budget)
-from .bounds import Bounds, ideal_makespan, packing_makespan, time_bounds
+from .bounds import (Bounds, fill_packing_makespan, ideal_makespan, packing_makespan, plan_bound,
+                     time_bounds)
 
 __all__ = ["auto", "auto_search", "SearchResult", "Progress", "NoFeasiblePlan", "SearchCancelled",
-           "default_budget", "Bounds", "ideal_makespan", "packing_makespan", "time_bounds"]
+           "default_budget", "Bounds", "ideal_makespan", "packing_makespan", "fill_packing_makespan",
+           "plan_bound", "time_bounds"]

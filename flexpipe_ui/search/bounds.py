@@ -17,6 +17,13 @@ drops a candidate that could beat the incumbent):
   when microbatches are few: a rank runs out of forwards before the first backward comes back,
   so ``release >= work``.
 
+Plan-independent (no placement or partition given; ``plan_bound`` is their maximum): Σ work /
+ranks (``ideal_makespan``), indivisible layers (``packing_makespan``), indivisible layers plus the
+pipeline fill — rank k, ordered by lowest layer, cannot start before microbatch 0 crossed k
+ranks — (``fill_packing_makespan``), and one microbatch's chain (``chain_makespan``). With equal
+layers and no comm the fill bound is what the best plan achieves; it is what says that with as
+many microbatches as ranks no plan comes near Σ work / ranks.
+
 Memory-throughput (``memory_time_bound``, for schedules that fit a cap): each activation is held
 for at least its stage's forward-backward round trip and a rank holds at most cap − static at once,
 so Σ act · round trip · m / (cap − static) bounds the makespan (Little's law).
@@ -34,7 +41,7 @@ import numpy as np
 from ..problem import Problem, StageCosts
 
 __all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
-           "packing_makespan", "stage_costs_cached"]
+           "packing_makespan", "fill_offsets", "fill_packing_makespan", "chain_makespan", "plan_bound", "stage_costs_cached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,79 @@ def packing_makespan(problem: Problem) -> float:
         best = max(best, sum(top[-(k + 1):]))
         k += 1
     return best * problem.microbatches
+
+
+def fill_offsets(problem: Problem) -> np.ndarray:
+    """Earliest start of the k-th rank (ranks ordered by their lowest layer), for any plan.
+
+    The k-th rank's lowest layer is layer k or later, so its first input needs the forward of
+    microbatch 0 through layers 0..k-1 at least; that path touches the k ranks before it, so it
+    crosses ranks at least k times (``comm`` each). Entries past the layer count are inf (such
+    ranks hold nothing).
+    """
+    f = np.array([l.f for l in problem.layers], float)
+    k = np.arange(problem.ranks)
+    pre = np.r_[0.0, np.cumsum(f)]
+    out = np.full(problem.ranks, np.inf)
+    ok = k < len(f)
+    out[ok] = pre[k[ok]] + problem.comm * k[ok]
+    return out
+
+
+def fill_packing_makespan(problem: Problem) -> float:
+    """A plan-independent bound that adds the pipeline fill to the packing bound.
+
+    Any plan puts each layer on one rank; rank k (ordered by lowest layer) can start no earlier
+    than ``fill_offsets()[k]``, so its work must fit in ``T - offset``. Two relaxations of that
+    packing, both valid for every plan:
+
+    - **average**: ``(Σ work + Σ offsets) / ranks`` (over the first p' ranks, for the p' that
+      gives the least: a plan may leave late ranks empty);
+    - **units**: with a unit ``g``, a layer of work ``u`` counts as ``floor(u / g)`` whole units and
+      rank k holds at most ``floor((T - offset_k) / g)`` of them (splitting layers into units only
+      makes packing easier). The least such T, over units ``g`` = each distinct layer work / 1, 2, 3.
+
+    Exact for identical layers: 32 equal layers on 8 ranks, m = 8, F = I = W = 1/4, comm 0 gives
+    24 + 7 / 4 (every rank holds 4 layers, the last starts at 7 / 4); no plan does better, and
+    ``auto`` reaches it (tests/test_auto.py).
+    """
+    u = np.array([(l.f + l.b + l.w) * problem.microbatches for l in problem.layers], float)
+    off = fill_offsets(problem)
+    fin = off[np.isfinite(off)]
+    if not len(u) or u.sum() <= 0:
+        return 0.0
+    # average with offsets, over the best number of non-empty ranks
+    best = min((u.sum() + fin[:q].sum()) / q for q in range(1, len(fin) + 1))
+    sizes = np.unique(np.round(u[u > 0], 12))
+    # the most common sizes first: they carry most of the work
+    counts = {s: int(np.sum(np.isclose(u, s, rtol=1e-12, atol=0))) for s in sizes}
+    for s in sorted(sizes, key=lambda s: -counts[s] * s)[:8]:
+        for d in (1, 2, 3):
+            g = s / d
+            need = np.floor(u / g + 1e-9).sum()
+            lo, hi = 0.0, float(fin.max() + need * g + g)
+            for _ in range(80):  # the least T with enough whole units (a step function of T)
+                mid = 0.5 * (lo + hi)
+                if np.maximum(np.floor((mid - fin) / g + 1e-9), 0.0).sum() >= need:
+                    hi = mid
+                else:
+                    lo = mid
+            best = max(best, hi)
+    return float(best)
+
+
+def chain_makespan(problem: Problem) -> float:
+    """One microbatch's forward through every layer, its input-gradient back and layer 0's W:
+    a bound for any plan (comm left out: a plan's crossings are not known here)."""
+    if not problem.layers:
+        return 0.0
+    return sum(l.f + l.b for l in problem.layers) + problem.layers[0].w
+
+
+def plan_bound(problem: Problem) -> float:
+    """The best plan-independent makespan bound: Σ work / ranks, packing, fill + packing, chain."""
+    return max(ideal_makespan(problem), packing_makespan(problem), fill_packing_makespan(problem),
+               chain_makespan(problem))
 
 
 def memory_time_bound(costs: StageCosts, placement: Sequence[int], ranks: int, microbatches: int,

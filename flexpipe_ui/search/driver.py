@@ -23,7 +23,8 @@ does not depend on the cache.
 Determinism: the order of evaluation depends only on the problem and ``seed`` (ties and the
 refinement's neighbour order are shuffled by ``random.Random(seed)``); the budgets
 (``max_evals`` simulations, ``max_actions`` simulated actions) are counts, so ``time_limit`` and
-cancellation are the only machine-dependent stops (``stats["stopped"]`` says which ended it).
+cancellation are the only machine-dependent stops (``stats["stopped"]`` says which ended it;
+``"optimal"`` when the best plan meets ``bounds.plan_bound``, which no plan can beat).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from ..ir import Plan
 from ..partition import PartitionError, balanced_partition, rank_loads
 from ..problem import Problem, ProblemError
 from ..sim import SimResult
-from .bounds import ideal_makespan, memory_time_bound, packing_makespan, stage_costs_cached
+from .bounds import ideal_makespan, memory_time_bound, packing_makespan, plan_bound, stage_costs_cached
 from .candidates import Candidate, with_bounds
 from .evaluate import Scored, evaluate, stage_inflight
 
@@ -90,6 +91,8 @@ class SearchResult:
     candidates: list[tuple[Plan, SimResult, str]]
     stats: dict
     lower_bound: float
+    """No plan of the problem can be faster (``bounds.plan_bound``: Σ work / ranks, indivisible
+    layers, the pipeline fill, one microbatch's chain)."""
     best_seed: tuple[Plan, SimResult, str] | None = None
 
     @property
@@ -106,7 +109,9 @@ class SearchResult:
         for k, (_, sim, desc) in enumerate(self.candidates, 1):
             lines.append(f"{k:>2}  {sim.makespan:>12.6g}  {sim.metrics.max_peak_memory:>12.6g}  {desc}")
         st = self.stats
-        lines.append(f"lower bound {self.lower_bound:.6g} (sum of work / ranks); {st['evaluated']} simulated, "
+        ratio = f"; best is {self.makespan / self.lower_bound:.3f}x of it" if self.lower_bound > 0 else ""
+        lines.append(f"lower bound {self.lower_bound:.6g} (no plan is faster: work / ranks, whole layers, pipeline "
+                     f"fill{ratio}); {st['evaluated']} simulated, "
                      f"{st['pruned']} pruned, {st['over_memory']} over memory in {st['elapsed_s']:.2f} s "
                      f"(stopped: {st['stopped']})")
         if self.best_seed is not None:
@@ -141,6 +146,7 @@ class _Search:
         self.progress = progress
         self.stop = stop
         self.top = max(1, top)
+        self.floor = plan_bound(problem)  # no plan is faster: meeting it ends the search (top 1)
         self.cache: dict = {}
         self.sims: dict = {}   # (placement, order, partition) → SimResult: repeats are not re-simulated
         self.seen: set = set()
@@ -162,7 +168,9 @@ class _Search:
     def out_of_budget(self) -> bool:
         if self.stopped:
             return True
-        if len(self.scored) >= self.max_evals:
+        if self.top == 1 and self.best is not None and self.best.makespan <= self.floor * (1 + 1e-9):
+            self.stopped = "optimal"  # meets bounds.plan_bound: nothing left to find
+        elif len(self.scored) >= self.max_evals:
             self.stopped = "max_evals"
         elif self.actions >= self.max_actions:
             self.stopped = "max_actions"
@@ -508,7 +516,10 @@ def _auto_search(problem: Problem, *, time_limit, seed, progress, top, cancel, s
     S.refine()
     if exact > 0:
         S.phase = "exact"
-        S.exact(float(exact))
+        if S.stopped == "optimal":
+            S.exact_runs = [{"status": "skipped: the best plan meets the plan bound (optimal)"}]
+        else:
+            S.exact(float(exact))
     return _result(problem, S, top)
 
 
@@ -557,12 +568,13 @@ def _result(problem: Problem, S: _Search, top: int) -> SearchResult:
         cands.append(s)
         if len(cands) >= top:
             break
-    lb = ideal_makespan(problem)
+    lb = S.floor
     out = []
     for rank_i, s in enumerate(cands):
         meta = {"name": "auto", "candidate": s.description,
                 "search": {**stats, "rank": rank_i + 1, "makespan": s.makespan,
                            "peak_memory": s.peak, "lower_bound": lb,
+                           "ideal_bound": ideal_makespan(problem),
                            "packing_bound": packing_makespan(problem),
                            "best_seed": S.best_seed.description if S.best_seed else None,
                            "best_seed_makespan": S.best_seed.makespan if S.best_seed else None},
