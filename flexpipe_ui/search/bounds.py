@@ -41,7 +41,8 @@ import numpy as np
 from ..problem import Problem, StageCosts
 
 __all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
-           "packing_makespan", "fill_offsets", "fill_packing_makespan", "chain_makespan", "plan_bound", "stage_costs_cached"]
+           "packing_makespan", "fill_offsets", "fill_packing_makespan", "chain_makespan", "plan_bound",
+           "stage_costs_cached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,7 @@ def fill_packing_makespan(problem: Problem) -> float:
 
     Exact for identical layers: 32 equal layers on 8 ranks, m = 8, F = I = W = 1/4, comm 0 gives
     24 + 7 / 4 (every rank holds 4 layers, the last starts at 7 / 4); no plan does better, and
-    ``auto`` reaches it (tests/test_auto.py).
+    ``auto`` reaches it (tests/test_plan_bound.py).
     """
     u = np.array([(l.f + l.b + l.w) * problem.microbatches for l in problem.layers], float)
     off = fill_offsets(problem)

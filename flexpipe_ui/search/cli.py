@@ -67,9 +67,10 @@ def _cmd_auto(args) -> int:
     limit = problem.memory_limit
     from .bounds import ideal_makespan
     lb = ideal_makespan(problem)
-    if lb > 0:
-        print(f"lower bound {res.lower_bound:.6g} (no plan is faster; sum of work / ranks alone: {lb:.6g}); "
-              f"auto is {res.makespan / res.lower_bound:.3f}x / {res.makespan / lb:.3f}x of them{seed_txt}")
+    ratio = (f"; auto is {res.makespan / res.lower_bound:.3f}x / {res.makespan / lb:.3f}x of them"
+             if lb > 0 else "")
+    print(f"lower bound {res.lower_bound:.6g} (no plan is faster; sum of work / ranks alone: {lb:.6g})"
+          f"{ratio}{seed_txt}")
     for run in st.get("exact", []):
         if "before" in run:
             print(f"exact order ({run['status']}, {run['seconds']:.1f} s): {run['before']:.6g} -> {run['after']:.6g}, "
