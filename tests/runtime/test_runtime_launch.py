@@ -119,7 +119,8 @@ def test_launch_from_a_jupyter_kernel():
         "              loss_fn=torch.nn.functional.mse_loss)\n"
         "except ValueError as e:\n"
         "    print('refused', 'notebook' in str(e))")]
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    from nbrun import execute  # channels polled in slices (tests/nbrun.py)
+    execute(nbclient.NotebookClient(nb, timeout=120, kernel_name="python3"))
     text = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
     assert "steps [0, 1] done True error None" in text[0], text
     assert "refused True" in text[1], text
