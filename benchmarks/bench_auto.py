@@ -5,9 +5,9 @@ the auto plan's makespan and peak memory, every torch built-in schedule's makesp
 layer split (imported with ``flexpipe_ui.torch_interop``, timed by the same simulator; "OOM" when
 its peak exceeds the scenario's memory cap, "invalid" when it fails validation — torch 2.13's
 ``Schedule1F1B`` does), Megatron's 1F1B from our library on an even split, the lower bound
-Σ work / ranks and the tighter plan-independent bound ``search.plan_bound`` (layers are indivisible,
-and the pipeline fills: rank k cannot start before microbatch 0 crossed k ranks), the search time (wall and CPU; the
-search is single-threaded, so CPU time is what one core needs when the machine is shared; each
+Σ work / ranks and the tighter plan-independent bound ``search.plan_bound`` (layers are
+indivisible, and the pipeline fills: rank k cannot start before microbatch 0 crossed k ranks), the
+search time (wall and CPU; the search is single-threaded, so CPU time is what one core needs when the machine is shared; each
 search runs ``--repeat`` times, default 3, and the median is reported: identical runs vary by a
 third on a shared machine) and the speed-ups. Under a memory cap it also searches without the cap: memory *binds* when the best
 plan found without it is faster than auto's and does not fit (then the 6% target below does not
@@ -128,7 +128,7 @@ def fill_sweep(exact: float) -> None:
     cases = [(f"few-microbatch model, m={m}", few_microbatches(8, m)) for m in (8, 12, 16, 32)]
     cases.append(("uniform 32 blocks (F=I=W), comm 0, m=8", uniform))
     for title, problem in cases:
-        res = auto_search(problem, exact=exact) if exact > 0 else auto_search(problem)
+        res = auto_search(problem, exact=exact)
         bound = plan_bound(problem)
         line = f"   {title:42s} auto {res.makespan:9.2f}  bound {bound:9.2f}  auto/bound {res.makespan / bound:.3f}"
         runs = [x for x in res.stats.get("exact", []) if "bound" in x]
@@ -221,13 +221,13 @@ def main() -> int:
     print("\n| scenario | shape | auto | best fitting torch built-in | Megatron 1F1B | Σwork/ranks | plan bound "
           "| auto/Σ | auto/plan bound | within 6% (memory not binding) | speed-up vs built-in | vs 1F1B | search s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for title, shape, a, b, m, lb, dt, sp_b, _, pk, cpu, target in rows:
+    for title, shape, a, b, m, lb, dt, sp_b, _, bound, cpu, target in rows:
         b_txt = f"{b:.0f}" if math.isfinite(b) else "all OOM"
         m_txt = f"{m[1]:.0f}" + ("" if m[0] == "ok" else f" ({m[0]})")
         vs_m = f"{m[1] / a:.2f}x" if m[0] == "ok" else "-"
         vs_b = f"{sp_b:.2f}x" if math.isfinite(b) else "-"
-        print(f"| {title} | {shape} | {a:.0f} | {b_txt} | {m_txt} | {lb:.0f} | {pk:.0f} | {a / lb:.3f} | "
-              f"{a / pk:.3f} | {target} | {vs_b} | {vs_m} | {dt:.2f} ({cpu:.2f} CPU) |")
+        print(f"| {title} | {shape} | {a:.0f} | {b_txt} | {m_txt} | {lb:.0f} | {bound:.0f} | {a / lb:.3f} | "
+              f"{a / bound:.3f} | {target} | {vs_b} | {vs_m} | {dt:.2f} ({cpu:.2f} CPU) |")
     if not args.quick:
         fill_sweep(args.exact)
     big = [r for r in rows if r[1].startswith("16x64")]
