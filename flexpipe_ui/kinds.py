@@ -33,6 +33,8 @@ class StageCost:
     w: float
     act: float
     mem: float = 0.0
+    bw: float | None = None
+    """Fused backward time (the problem's layer ``bw``); None: b + w."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,7 @@ I = Kind("I", "backward_input", lambda c: c.b,
          color="#d62728", builtin=True, description="backward for inputs ('B' in zero-bubble)")
 W = Kind("W", "backward_weight", lambda c: c.w, after=(Dep(frozenset({"I"}), 0),), mem_end=-1.0,
          color="#2ca02c", builtin=True, description="weight-gradient backward")
-B = Kind("B", "backward", lambda c: c.b + c.w,
+B = Kind("B", "backward", lambda c: c.b + c.w if c.bw is None else c.bw,
          after=(Dep(frozenset({"F"}), 0), Dep(_BWD_IN, +1)), mem_end=-1.0,
          color="#9467bd", builtin=True, description="fused backward (I+W)")
 

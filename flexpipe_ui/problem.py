@@ -41,6 +41,15 @@ class Layer:
     """Static memory (weights, grads, optimizer state) on its rank."""
     name: str = ""
     """Optional label (not part of the contract; written back if present)."""
+    out: float | None = None
+    """MiB of the activation the layer sends onward (a cross-rank message's size; with the
+    problem's ``bandwidth``). None: messages cost only ``comm``."""
+    bw: float | None = None
+    """Time of a fused backward B through the layer; None: b + w."""
+    act_w: float | None = None
+    """MiB of the activation still held after I until W; None: ``act`` (all of it)."""
+    grad: float | None = None
+    """MiB of the layer's gradients (the data-parallel all-reduce's size); None: 0."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +68,17 @@ class Problem:
     """Per-rank cap on static + activation peak; None for no cap."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Free-form extras (e.g. the profiler's device, units); written back under "meta"."""
+    bandwidth: float | None = None
+    """MiB per time unit of a cross-rank message (with layers' ``out``); None: latency only."""
+    overhead: float | Mapping[str, float] | None = None
+    """Time added to every compute action: a number, or kind name → time; None: nothing."""
+    comm_cpu: float | None = None
+    """Fraction 0..1 of a message's cost that also occupies the sending and the receiving
+    action's rank (CPU copies); None: 0."""
+    dp: int | None = None
+    """Data-parallel replicas of the pipeline; None: 1 (no gradient all-reduce)."""
+    dp_bandwidth: float | None = None
+    """MiB per time unit of the data-parallel all-reduce (required when dp > 1)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -80,7 +100,15 @@ class Problem:
             rows.append((sum(l.f for l in ls), sum(l.b for l in ls), sum(l.w for l in ls),
                          sum(l.act for l in ls), sum(l.mem for l in ls)))
         a = np.array(rows, dtype=float).reshape(-1, 5)
-        return StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm)
+        extra = _stage_extras(self, partition) if self.has_cost_terms else {}
+        return StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm,
+                          **extra)
+
+    @property
+    def has_cost_terms(self) -> bool:
+        """True when any optional cost-model field (bandwidth, overhead, ..., layer out/bw/...) is set."""
+        return (any(getattr(self, k) is not None for k in _PROBLEM_TERMS)
+                or any(getattr(l, k) is not None for l in self.layers for k in _LAYER_TERMS))
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
@@ -90,11 +118,18 @@ class Problem:
                              "microbatches": self.microbatches, "comm": self.comm}
         if self.memory_limit is not None:
             d["memory_limit"] = self.memory_limit
+        for k in _PROBLEM_TERMS:
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = dict(v) if isinstance(v, Mapping) else v
         d["layers"] = []
         for l in self.layers:
             ld = {"f": l.f, "b": l.b, "w": l.w, "act": l.act, "mem": l.mem}
             if l.name:
                 ld["name"] = l.name
+            for k in _LAYER_TERMS:
+                if getattr(l, k) is not None:
+                    ld[k] = getattr(l, k)
             d["layers"].append(ld)
         if self.meta:
             d["meta"] = dict(self.meta)
@@ -151,12 +186,64 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         name = ld.get("name", "")
         if not isinstance(name, str):
             raise ProblemError(f"{where}, key 'name': expected a string")
+        for k in _LAYER_TERMS:
+            if ld.get(k) is not None:
+                vals[k] = _num(ld[k], f"{where}, key {k!r}")
         layers.append(Layer(name=name, **vals))
     meta = d.get("meta", {})
     if not isinstance(meta, dict):
         raise ProblemError(f"{source}: 'meta' must be an object")
-    return Problem(ranks=ranks, microbatches=mbs, layers=tuple(layers), comm=comm,
-                   memory_limit=limit, meta=meta)
+    terms = _problem_terms(d, source)
+    try:
+        return Problem(ranks=ranks, microbatches=mbs, layers=tuple(layers), comm=comm,
+                       memory_limit=limit, meta=meta, **terms)
+    except ProblemError as e:
+        raise ProblemError(f"{source}: {e}") from None
+
+
+def _problem_terms(d: dict, source: str) -> dict:
+    """The optional cost-model fields of a problem dict, checked (``costmodel`` uses them)."""
+    out: dict[str, Any] = {}
+    if d.get("bandwidth") is not None:
+        out["bandwidth"] = _num(d["bandwidth"], f"{source}: 'bandwidth'", strict=True)
+    if d.get("overhead") is not None:
+        ov = d["overhead"]
+        if isinstance(ov, dict):
+            out["overhead"] = {k: _num(v, f"{source}: 'overhead', kind {k!r}") for k, v in ov.items()}
+        else:
+            out["overhead"] = _num(ov, f"{source}: 'overhead'")
+    if d.get("comm_cpu") is not None:
+        out["comm_cpu"] = _num(d["comm_cpu"], f"{source}: 'comm_cpu'")
+    if d.get("dp") is not None:
+        out["dp"] = _num(d["dp"], f"{source}: 'dp'", integer=True, minimum=1)
+    if d.get("dp_bandwidth") is not None:
+        out["dp_bandwidth"] = _num(d["dp_bandwidth"], f"{source}: 'dp_bandwidth'", strict=True)
+    return out
+
+
+_PROBLEM_TERMS = ("bandwidth", "overhead", "comm_cpu", "dp", "dp_bandwidth")
+_LAYER_TERMS = ("out", "bw", "act_w", "grad")
+
+
+def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
+    """StageCosts' optional cost-model fields summed over each stage's layers (None when unset)."""
+    ls = [[p.layers[i] for i in layers] for layers in partition]
+    has = lambda k: any(getattr(l, k) is not None for l in p.layers)
+    arr = lambda xs: np.array(xs, dtype=float)
+    out: dict[str, Any] = {}
+    if has("bw"):
+        out["bw"] = arr([sum(l.b + l.w if l.bw is None else l.bw for l in st) for st in ls])
+    if has("act_w"):
+        out["act_w"] = arr([sum(l.act if l.act_w is None else l.act_w for l in st) for st in ls])
+    if has("out"):  # the message a stage sends is its last layer's output
+        out["out"] = arr([(st[-1].out or 0.0) if st else 0.0 for st in ls])
+    if has("grad"):
+        out["grad"] = arr([sum(l.grad or 0.0 for l in st) for st in ls])
+    overhead = p.overhead
+    if isinstance(overhead, Mapping):
+        overhead = dict(overhead)
+    return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
+            "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth}
 
 
 def _check_problem(p: Problem) -> None:
@@ -173,6 +260,44 @@ def _check_problem(p: Problem) -> None:
         raise ProblemError(f"'comm' must be >= 0, got {p.comm}")
     if p.memory_limit is not None and p.memory_limit <= 0:
         raise ProblemError(f"'memory_limit' must be > 0, got {p.memory_limit}")
+    _check_terms(p)
+
+
+def _nonneg(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _check_terms(p: Problem) -> None:
+    """Field-level checks of the optional cost-model fields."""
+    for i, l in enumerate(p.layers):
+        for k in _LAYER_TERMS:
+            v = getattr(l, k)
+            if v is not None and not _nonneg(v):
+                raise ProblemError(f"layer {i}, key {k!r}: must be a finite number >= 0, got {v!r}")
+        if l.act_w is not None and l.act_w > l.act:
+            raise ProblemError(f"layer {i}, key 'act_w': {l.act_w!r} is more than its 'act' {l.act!r} "
+                               "(act_w is the part of act still held after I)")
+    for k in ("bandwidth", "dp_bandwidth"):
+        v = getattr(p, k)
+        if v is not None and not (_nonneg(v) and v > 0):
+            raise ProblemError(f"{k!r} must be a finite number > 0 (MiB per time unit), got {v!r}")
+    ov = p.overhead
+    if isinstance(ov, Mapping):
+        for k, v in ov.items():
+            if not isinstance(k, str) or not k:
+                raise ProblemError(f"'overhead': keys must be kind names (e.g. 'F'), got {k!r}")
+            if not _nonneg(v):
+                raise ProblemError(f"'overhead', kind {k!r}: must be a finite number >= 0, got {v!r}")
+    elif ov is not None and not _nonneg(ov):
+        raise ProblemError(f"'overhead' must be a number >= 0 or a mapping kind -> number, got {ov!r}")
+    if p.comm_cpu is not None and not (_nonneg(p.comm_cpu) and p.comm_cpu <= 1):
+        raise ProblemError(f"'comm_cpu' must be a fraction in 0..1, got {p.comm_cpu!r}")
+    if p.dp is not None:
+        if isinstance(p.dp, bool) or not isinstance(p.dp, int) or p.dp < 1:
+            raise ProblemError(f"'dp' must be an integer >= 1 (data-parallel replicas), got {p.dp!r}")
+        if p.dp > 1 and p.dp_bandwidth is None:
+            raise ProblemError(f"'dp' is {p.dp} but 'dp_bandwidth' is not set: the gradient "
+                               "all-reduce needs a bandwidth (MiB per time unit)")
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -194,6 +319,20 @@ class StageCosts:
     act: np.ndarray
     mem: np.ndarray
     comm: float = 0.0
+    # optional cost-model terms (``costmodel`` reads them; None / neutral: contract 4 exactly)
+    bw: np.ndarray | None = None
+    """Fused backward time per stage (None: b + w)."""
+    act_w: np.ndarray | None = None
+    """Activation held after I until W per stage (None: act)."""
+    out: np.ndarray | None = None
+    """MiB a stage sends onward (its last layer's ``out``), None: messages cost ``comm`` only."""
+    grad: np.ndarray | None = None
+    """MiB of gradients per stage (the data-parallel all-reduce)."""
+    bandwidth: float | None = None
+    overhead: float | Mapping[str, float] | None = None
+    comm_cpu: float = 0.0
+    dp: int = 1
+    dp_bandwidth: float | None = None
 
     @property
     def num_stages(self) -> int:
@@ -201,7 +340,8 @@ class StageCosts:
 
     def stage(self, s: int) -> StageCost:
         return StageCost(float(self.f[s]), float(self.b[s]), float(self.w[s]),
-                         float(self.act[s]), float(self.mem[s]))
+                         float(self.act[s]), float(self.mem[s]),
+                         None if self.bw is None else float(self.bw[s]))
 
     def with_comm(self, comm: float) -> "StageCosts":
         return replace(self, comm=float(comm))

@@ -2,7 +2,9 @@
 
 Each lane (a rank's compute stream, or another stream such as a copy engine) runs its actions in
 list order, one at a time; an action starts at max(end of the lane's previous action, time its
-dependencies are met), and a dependency between ranks adds ``comm``.
+dependencies are met). How long an action takes and what a dependency between ranks adds
+(``comm``, and with the optional terms message size / bandwidth) come from ``costmodel``, as do
+the memory rules (through ``timeline.compute_metrics``) and the data-parallel all-reduce lane.
 
 How it is fast: the start times are the least fixpoint of those max-plus equations. Within a lane,
 given ready times r_k and durations d_k, the ends are a max-plus prefix scan,
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .costmodel import action_durations, allreduce_lane, duration_table
 from .graph import compile_schedule
 from .ir import Plan, Schedule
 from .kinds import Kind
@@ -61,20 +64,6 @@ def costs_for(plan: Plan | Schedule, problem: Problem | None = None) -> StageCos
     return problem.stage_costs(part)
 
 
-def duration_table(kinds: tuple[Kind, ...], costs: StageCosts) -> np.ndarray:
-    """(kind id × stage) → duration, from each kind's cost function."""
-    S = costs.num_stages
-    tab = np.zeros((len(kinds), S))
-    for s in range(S):
-        sc = costs.stage(s)
-        for k, kind in enumerate(kinds):
-            tab[k, s] = kind.cost(sc)
-    if (tab < 0).any():
-        k, s = np.argwhere(tab < 0)[0]
-        raise ValueError(f"kind {kinds[k].name} has negative duration {tab[k, s]} on stage {s}")
-    return tab
-
-
 def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *,
              comm: float | None = None, metrics: bool = True) -> SimResult:
     """Simulate a schedule or plan under DESIGN.md's timing and memory rules.
@@ -98,7 +87,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
             raise ScheduleError("invalid schedule", probs, sched)
     g = compile_schedule(sched)
     n = g.n
-    dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
+    dur, lat = action_durations(g, costs)
 
     # lanes × steps layout for the prefix scan
     width = int(g.lane_pos.max()) + 1 if n else 1
@@ -112,7 +101,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     src, dst = g.src[cross], g.dst[cross]
     o = np.argsort(dst, kind="stable")
     src, dst = src[o], dst[o]
-    w = np.where(g.rank[src] != g.rank[dst], costs.comm, 0.0)
+    w = lat[cross][o]
     if len(dst):
         grp = np.r_[0, np.flatnonzero(np.diff(dst)) + 1]
         targets = dst[grp]
@@ -155,5 +144,19 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     start = np.maximum(ready, prev_end)
     end = np.maximum(end, start)
     tl = Timeline(sched.ranks, g.actions, g.rank, start, end, "simulated", sched)
+    _add_allreduce(tl, g, costs)
     m = compute_metrics(tl, costs) if metrics else None
     return SimResult(tl, m, costs, rounds)
+
+
+def _add_allreduce(tl: Timeline, g, costs: StageCosts) -> None:
+    """With data parallelism, each stage's gradient all-reduce (``costmodel.allreduce_lane``)
+    goes into ``tl.meta["allreduce"]`` as (rank, stage, start, end); the makespan includes it."""
+    if costs.dp <= 1 or not g.n:
+        return
+    last = np.zeros(costs.num_stages)
+    wg = np.array([k.computes_weight_grad for k in g.kinds], bool)[g.kind]
+    np.maximum.at(last, g.stage[wg], tl.end[wg])
+    lane = allreduce_lane(tl.schedule.placement, last, costs)
+    if lane is not None:
+        tl.meta["allreduce"] = lane

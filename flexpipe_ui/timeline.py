@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .costmodel import action_memory
 from .graph import action_arrays
 from .ir import Action, Schedule
 from .problem import StageCosts
@@ -43,13 +44,19 @@ class Timeline:
     def makespan(self) -> float:
         if not len(self.end):
             return 0.0
-        return float(self.end.max() - min(0.0, float(self.start.min())))
+        last = float(self.end.max())
+        for _, _, _, e in self.meta.get("allreduce", ()):  # data-parallel all-reduce lane
+            last = max(last, e)
+        return float(last - min(0.0, float(self.start.min())))
 
     def shifted(self, t0: float | None = None) -> "Timeline":
         """Same timeline with time starting at 0 (or at ``t0``)."""
         t0 = float(self.start.min()) if t0 is None and len(self.start) else (t0 or 0.0)
+        meta = dict(self.meta)
+        if "allreduce" in meta:
+            meta["allreduce"] = [(r, s, a - t0, b - t0) for r, s, a, b in meta["allreduce"]]
         return Timeline(self.ranks, self.actions, self.rank, self.start - t0, self.end - t0,
-                        self.source, self.schedule, dict(self.meta))
+                        self.source, self.schedule, meta)
 
     def records(self) -> list[tuple[int, str, float, float]]:
         return [(int(r), str(a), float(s), float(e))
@@ -90,29 +97,13 @@ class Metrics:
 def memory_events(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, time, delta) of every activation change, sorted by rank, time, frees first.
 
-    Each kind's ``mem_start``/``mem_end`` (units of its stage's ``act``) plus the ``adjust`` that
-    user kinds apply to other kinds on the same (stage, microbatch).
+    The amounts are ``costmodel.action_memory``'s (kinds' memory specs, ``adjust``, ``act_w``).
     """
-    acts = tl.actions
-    n = len(acts)
-    kid, klist, stage = action_arrays(acts, tl.schedule)
-    act = costs.act[stage] if n else np.zeros(0)
-    ms = np.array([k.mem_start for k in klist], float)[kid] if n else np.zeros(0)
-    me = np.array([k.mem_end for k in klist], float)[kid] if n else np.zeros(0)
-    adjusting = [i for i, a in enumerate(acts) if a.kind.adjust] if any(k.adjust for k in klist) else []
-    if adjusting:
-        ms, me = ms.copy(), me.copy()
-        where = {a.key: i for i, a in enumerate(acts)}
-        for i in adjusting:
-            a = acts[i]
-            for target, (ds, de) in a.kind.adjust.items():
-                j = where.get((a.stage, target, a.microbatch))
-                if j is not None:
-                    ms[j] += ds
-                    me[j] += de
+    kid, klist, stage = action_arrays(tl.actions, tl.schedule)
+    ms, me = action_memory(tl.actions, kid, klist, stage, costs)
     r = np.concatenate([tl.rank, tl.rank])
     t = np.concatenate([tl.start, tl.end])
-    d = np.concatenate([ms * act, me * act])
+    d = np.concatenate([ms, me])
     keep = d != 0
     r, t, d = r[keep], t[keep], d[keep]
     o = np.lexsort((d, t, r))  # frees (negative) before allocations at the same instant

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from ..costmodel import fits
 from ..kinds import get_kind
 from ..problem import StageCosts, uniform_costs
 from .placement import Placement, as_placement, looped
@@ -112,12 +113,12 @@ class Program:
                 need = static + keep + top
                 if rr.forwards_first:
                     all_fwd = static + microbatches * keep + top
-                    if rr.memory_cap < all_fwd - 1e-9:
+                    if not fits(all_fwd, rr.memory_cap):
                         raise RulesError(f"forwards_first on rank {r} holds all {microbatches} "
                                          f"microbatches' activations before any backward: {all_fwd:g} > "
                                          f"memory cap {rr.memory_cap:g}; drop forwards_first, raise the "
                                          f"cap or add recomputation (extra={{'R': 'all'}})")
-                if rr.memory_cap < need - 1e-9:
+                if not fits(need, rr.memory_cap):
                     raise RulesError(f"memory cap {rr.memory_cap:g} on rank {r} is below what one "
                                      f"microbatch needs there: static {static:g} + activations "
                                      f"{need - static:g} = {need:g}; raise the cap to >= {need:g}, add "

@@ -1,12 +1,20 @@
 """The actor-aware list scheduler: every rank is an actor that, when idle, runs its best ready action.
 
-Phases of one call: (1) per-stage kind sets from the rules and extra ops; (2) group-level
-dependencies from the kind specs via ``graph.compile_schedule`` on a one-microbatch skeleton (so the
-rules exist once, in ``kinds``/``graph``); (3) durations from ``sim.duration_table``; (4) an
-event-driven loop over lanes (a rank's compute stream, or a copy stream): the lane with the earliest
-possible start picks, among its actions ready by then, the best by its rank's rules; (5) each rank's
-list is its actions in start order. Timing here only decides the order: the caller times the
-resulting ``Schedule`` with ``sim.simulate`` (the one simulator), which reproduces these times.
+Phases of one call (``list_schedule``), each a named function below:
+
+1. ``stage_kinds``: per-stage kind sets from the rules and extra ops;
+2. ``_prepare``: group-level dependencies (a group is one (stage, kind), every microbatch of it)
+   from the kind specs via ``graph.compile_schedule`` on a one-microbatch skeleton (so the rules
+   exist once, in ``kinds``/``graph``); durations, message latencies and memory effects from
+   ``costmodel`` (the one cost model); each group's priority from its rank's rules;
+3. ``_run``: an event-driven loop over lanes (a rank's compute stream, or a copy stream): the lane
+   with the earliest possible start (``_push``/``_candidates``) picks (``_choose``), among its
+   actions ready by then, the best by its rank's rules, and runs it (``_start``), which updates the
+   rank's counters and memory and readies the action's users;
+4. ``_orders``: each rank's list is its actions in start order.
+
+Timing here only decides the order: the caller times the resulting ``Schedule`` with
+``sim.simulate`` (the one simulator), which reproduces these times.
 
 Under a memory cap every kind's memory effect (with the ``adjust`` of co-present kinds) is
 counted: a microbatch enters a rank only if its holdings plus the largest single allocation that
@@ -21,20 +29,20 @@ chooses among at most (its stages × kinds) candidate heads, which keeps a decis
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from ..costmodel import action_durations, fits, memory_effects, stage_memory
 from ..graph import compile_schedule, structure_problems
 from ..ir import Action, Schedule
 from ..kinds import get_kind
 from ..problem import StageCosts
-from ..sim import duration_table
 from .rules import Rules, RulesError
 
 __all__ = ["list_schedule", "stage_kinds", "memory_effects", "memory_need", "RulesDeadlock",
            "RulesMemoryError"]
 
-_W_FILL = 10 ** 6
+_W_FILL = 10 ** 6  # type priority of a bubble-filling W: after every listed kind
 
 
 class RulesMemoryError(RulesError):
@@ -59,30 +67,15 @@ def stage_kinds(placement: Sequence[int], rank_rules: Sequence[Rules],
     return out
 
 
-def memory_effects(kinds_per_stage: Sequence[Sequence[str]]) -> list[dict[str, tuple[float, float]]]:
-    """Per stage, kind name → (mem_start, mem_end) in units of the stage's activation, with the
-    ``adjust`` of the other kinds on that stage applied (recompute makes F free at its end)."""
-    out = []
-    for ks in kinds_per_stage:
-        eff = {k: [get_kind(k).mem_start, get_kind(k).mem_end] for k in ks}
-        for k in ks:
-            for target, (ds, de) in get_kind(k).adjust.items():
-                if target in eff:
-                    eff[target][0] += ds
-                    eff[target][1] += de
-        out.append({k: (a, b) for k, (a, b) in eff.items()})
-    return out
-
-
-def _group_memory(eff: Mapping[str, tuple[float, float]], name: str, act: float) -> tuple[float, float, float]:
+def _group_memory(eff: Mapping[str, tuple[float, float]], name: str) -> tuple[float, float, float]:
     """(net change, allocation beyond the microbatch's reservation while it runs, what a forward
-    keeps after it ends) of one kind on a stage with activation ``act``."""
+    keeps after it ends) of one kind, from its (start, end) memory change (``costmodel.stage_memory``)."""
     ms, me = eff[name]
-    run = act * max(ms, ms + me, 0.0)
+    run = max(ms, ms + me, 0.0)
     if get_kind(name).is_forward:
-        keep = act * max(ms + me, 0.0)
-        return act * (ms + me), run - keep, keep
-    return act * (ms + me), run, 0.0
+        keep = max(ms + me, 0.0)
+        return ms + me, run - keep, keep
+    return ms + me, run, 0.0
 
 
 def memory_need(placement: Sequence[int], kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts,
@@ -90,352 +83,447 @@ def memory_need(placement: Sequence[int], kinds_per_stage: Sequence[Sequence[str
     """(static memory, activations one microbatch keeps after its forwards, the largest allocation
     one action adds beyond that) on ``rank``: the list scheduler admits a microbatch when
     static + holdings of the admitted ones + the second + the third fit the cap."""
-    eff = memory_effects(kinds_per_stage)
+    eff = stage_memory(kinds_per_stage, costs)
     static = hold = top = 0.0
     for s, r in enumerate(placement):
         if r != rank:
             continue
         static += float(costs.mem[s])
         for k in kinds_per_stage[s]:
-            _, add, keep = _group_memory(eff[s], k, float(costs.act[s]))
+            _, add, keep = _group_memory(eff[s], k)
             hold += keep
             top = max(top, add)
     return static, hold, top
 
 
-@dataclass(frozen=True, slots=True)
-class _Groups:
-    """One group per (stage, kind): every microbatch of it."""
+@dataclass(eq=False)
+class _Plan:
+    """What one call knows before it starts: per group (one (stage, kind)), per rank, per lane."""
 
+    M: int
+    ranks: int
+    limits: Sequence[tuple[int | None, int | None]]
+    # per group
     stage: list
     kind: list
     rank: list
     lane: list
-    deps: list      # per group: list of (group, weight) it waits for
-    users: list     # per group: list of (group, comm weight) waiting on it
-    n_lanes: int
+    deps: list = field(default_factory=list)      # (group, latency) it waits for
+    users: list = field(default_factory=list)     # (group, latency) waiting on it
+    dur: list = field(default_factory=list)
+    net: list = field(default_factory=list)       # memory change when it runs
+    alloc: list = field(default_factory=list)     # what it adds above the rank's memory while it runs
+    key: list = field(default_factory=list)       # priority (type rank, pass position); smaller first
+    mb_first: list = field(default_factory=list)  # "microbatch" traversal: microbatch before position
+    is_fwd: list = field(default_factory=list)
+    is_entry: list = field(default_factory=list)  # forward of the rank's first stage: admits a microbatch
+    is_bwd: list = field(default_factory=list)
+    releases: list = field(default_factory=list)     # frees an in-flight slot (W, B)
+    releases_wu: list = field(default_factory=list)  # frees a warm-up slot (I, B)
+    fill: list = field(default_factory=list)
+    mem_gate: list = field(default_factory=list)
+    gate: list = field(default_factory=list)         # needs the admission check
+    jit_targets: list = field(default_factory=list)
+    jit_feeders: list = field(default_factory=list)
+    eager_w: dict = field(default_factory=dict)
+    peak_f: list = field(default_factory=list)       # per stage: what its forward keeps
+    # per rank
+    v_of: list = field(default_factory=list)
+    static: list = field(default_factory=list)
+    caps: list = field(default_factory=list)
+    hold: list = field(default_factory=list)
+    need: list = field(default_factory=list)
+    ffirst: list = field(default_factory=list)
+    lanes_of_rank: list = field(default_factory=list)
+    multi_lane: list = field(default_factory=list)
+    # per lane
+    n_lanes: int = 0
+    lane_groups: list = field(default_factory=list)
+    lane_rank: list = field(default_factory=list)
+    compute_lane: dict = field(default_factory=dict)
 
 
-def _groups(placement, kinds_per_stage, ranks, comm) -> _Groups:
-    # a one-microbatch skeleton: graph.compile_schedule derives the edges from the kind specs
-    rows = [[] for _ in range(ranks)]
-    gid = []
+@dataclass(eq=False)
+class _State:
+    """What changes as the actors run."""
+
+    unmet: list          # per (group, microbatch): dependencies not yet scheduled
+    jit_left: list       # per (group, microbatch): just-in-time feeders not yet scheduled
+    ready: list          # per (group, microbatch): when its dependencies are met
+    head: list           # per group: next microbatch
+    free: list           # per lane: when it is free
+    version: list        # per lane: invalidates its older heap entries
+    cached: list         # per lane: its candidates at its last push
+    cached_g: list       # per lane: the best of them
+    fwd_left: list       # per rank
+    inflight: list
+    warm: list
+    mem: list
+    reserved: list
+    pending: list        # per rank: heap of (time, memory freed) on another stream
+    out: list            # per rank: (start, lane, group * M + microbatch)
+    forced: dict = field(default_factory=dict)   # lane → the only group it may run next (eager W)
+    heap: list = field(default_factory=list)
+
+
+def _skeleton(P: _Plan, placement, kinds_per_stage, costs: StageCosts) -> None:
+    """Groups, their dependencies and durations from a one-microbatch skeleton schedule."""
+    rows = [[] for _ in range(P.ranks)]
     for s, ks in enumerate(kinds_per_stage):
         for k in ks:
             rows[placement[s]].append(Action(s, get_kind(k), 0))
-    skel = Schedule(ranks, 1, tuple(placement), tuple(tuple(r) for r in rows))
+    skel = Schedule(P.ranks, 1, tuple(placement), tuple(tuple(r) for r in rows))
     g = compile_schedule(skel)
     n = g.n
-    stage = g.stage.tolist()
-    kinds = [g.kinds[k] for k in g.kind.tolist()]
-    rank = g.rank.tolist()
-    lane = g.lane.tolist()
-    deps = [[] for _ in range(n)]
-    users = [[] for _ in range(n)]
-    for a, b in zip(g.src.tolist(), g.dst.tolist()):
-        w = comm if rank[a] != rank[b] else 0.0
-        deps[b].append((a, w))
-        users[a].append((b, w))
-    return _Groups(stage, kinds, rank, lane, deps, users, g.n_lanes)
+    P.stage, P.rank, P.lane = g.stage.tolist(), g.rank.tolist(), g.lane.tolist()
+    P.kind = [g.kinds[k] for k in g.kind.tolist()]
+    dur, lat = action_durations(g, costs)
+    P.dur = dur.tolist()
+    P.deps = [[] for _ in range(n)]
+    P.users = [[] for _ in range(n)]
+    for a, b, w in zip(g.src.tolist(), g.dst.tolist(), lat.tolist()):
+        P.deps[b].append((a, w))
+        P.users[a].append((b, w))
+    P.n_lanes = g.n_lanes
+
+
+def _memory_plan(P: _Plan, local, kinds_per_stage, costs: StageCosts, rank_rules) -> None:
+    """Each group's memory change, allocation and (forwards) holding; each rank's admission need."""
+    n, S = len(P.stage), len(kinds_per_stage)
+    eff = stage_memory(kinds_per_stage, costs)
+    effects = [_group_memory(eff[P.stage[g]], P.kind[g].name) for g in range(n)]
+    P.net = [e[0] for e in effects]
+    # ``alloc``: what a group adds above the rank's memory while it runs (a forward: beyond what
+    # its microbatch reserved at admission, e.g. a recomputed stage's transient; R or LOAD: the
+    # activation they re-create); under a cap such a group runs only if that fits
+    P.alloc = [e[1] for e in effects]
+    P.peak_f = [0.0] * S
+    for g in range(n):
+        if P.kind[g].is_forward:
+            P.peak_f[P.stage[g]] = effects[g][2]
+    P.static = [float(sum(costs.mem[s] for s in local[r])) for r in range(P.ranks)]
+    P.caps = [rank_rules[r].memory_cap for r in range(P.ranks)]
+    P.hold = [sum(P.peak_f[s] for s in local[r]) for r in range(P.ranks)]
+    # an entering microbatch must leave room for its holdings plus the largest single allocation
+    # that can follow, so the admitted microbatches can always progress one action at a time
+    P.need = [P.hold[r] + max([P.alloc[g] for g in range(n) if P.rank[g] == r] + [0.0])
+              for r in range(P.ranks)]
+
+
+def _priorities(P: _Plan, S: int, rank_rules) -> None:
+    """Each group's priority key from its rank's rules: (type rank, pass position); the
+    microbatch comes last (depth, breadth) or between the two (microbatch traversal)."""
+    at = {(P.stage[g], P.kind[g].name): g for g in range(len(P.stage))}
+    for g in range(len(P.stage)):
+        rr, k, s = rank_rules[P.rank[g]], P.kind[g], P.stage[g]
+        tr = (rr.priority.index(k.name) + 1) if k.name in rr.priority else 0
+        fill = k.name == "W" and rr.w_policy == "fill"
+        if fill:
+            tr = _W_FILL
+        d = s if k.is_forward else 2 * S - 1 - s  # position along the microbatch's pass
+        far_first = 2 * S - d                      # furthest along first
+        P.key.append((tr, d if rr.traversal == "breadth" else far_first))
+        P.mb_first.append(rr.traversal == "microbatch")
+        P.fill.append(fill)
+        if k.name == "I" and rr.w_policy == "eager" and (s, "W") in at:
+            P.eager_w[g] = at[(s, "W")]
+
+
+def _roles(P: _Plan, local) -> None:
+    """Per-group flags (entry, backward, releases) and just-in-time links (R, LOAD)."""
+    n = len(P.stage)
+    entry_stage = [min(x) if x else -1 for x in local]
+    P.is_fwd = [P.kind[g].is_forward for g in range(n)]
+    P.is_entry = [P.is_fwd[g] and P.stage[g] == entry_stage[P.rank[g]] for g in range(n)]
+    P.releases = [P.kind[g].computes_weight_grad for g in range(n)]
+    P.releases_wu = [P.kind[g].computes_input_grad for g in range(n)]
+    P.is_bwd = [P.kind[g].is_backward for g in range(n)]
+    # just-in-time kinds (R, reload): a kind that must precede another on the same stage runs only
+    # once that other action waits for nothing else, so a recompute lands right before its backward
+    at = {(P.stage[g], P.kind[g].name): g for g in range(n)}
+    P.jit_targets = [[] for _ in range(n)]
+    P.jit_feeders = [[] for _ in range(n)]
+    for g in range(n):
+        for name in P.kind[g].before:
+            t = at.get((P.stage[g], name))
+            if t is not None:
+                P.jit_targets[g].append(t)
+                P.jit_feeders[t].append(g)
+                P.is_bwd[g] = True  # belongs to the backward phase (forwards_first holds it back)
+    P.mem_gate = [P.caps[P.rank[g]] is not None and P.alloc[g] > 0 for g in range(n)]
+    P.gate = [P.is_entry[g] or (P.ffirst[P.rank[g]] and P.is_bwd[g]) or P.mem_gate[g] for g in range(n)]
+
+
+def _lanes(P: _Plan) -> None:
+    P.lane_groups = [[] for _ in range(P.n_lanes)]
+    for g in range(len(P.stage)):
+        P.lane_groups[P.lane[g]].append(g)
+    P.lanes_of_rank = [[] for _ in range(P.ranks)]
+    for L in range(P.n_lanes):
+        if P.lane_groups[L]:
+            P.lanes_of_rank[P.rank[P.lane_groups[L][0]]].append(L)
+    P.multi_lane = [len(x) > 1 for x in P.lanes_of_rank]
+    P.compute_lane = {L: P.kind[gs[0]].occupies_compute for L, gs in enumerate(P.lane_groups) if gs}
+    P.lane_rank = [P.rank[x[0]] if x else -1 for x in P.lane_groups]
+
+
+def _prepare(placement, ranks, M, costs, rank_rules, kinds_per_stage, limits) -> _Plan:
+    """Everything the actors read: groups, costs, memory plan, priorities, roles, lanes."""
+    S = len(placement)
+    P = _Plan(M=M, ranks=ranks, limits=limits, stage=[], kind=[], rank=[], lane=[])
+    _skeleton(P, placement, kinds_per_stage, costs)
+    local = [[s for s in range(S) if placement[s] == r] for r in range(ranks)]
+    P.v_of = [len(x) for x in local]
+    P.ffirst = [rank_rules[r].forwards_first for r in range(ranks)]
+    _memory_plan(P, local, kinds_per_stage, costs, rank_rules)
+    _priorities(P, S, rank_rules)
+    _roles(P, local)
+    _lanes(P)
+    return P
+
+
+def _initial_state(P: _Plan) -> _State:
+    n, M, R = len(P.stage), P.M, P.ranks
+    fwd_left = [0] * R
+    for g in range(n):
+        if P.is_fwd[g]:
+            fwd_left[P.rank[g]] += M
+    return _State(
+        unmet=[len(P.deps[g]) for g in range(n) for _ in range(M)],
+        jit_left=[len(P.jit_feeders[g]) for g in range(n) for _ in range(M)],
+        ready=[0.0] * (n * M), head=[0] * n, free=[0.0] * P.n_lanes, version=[0] * P.n_lanes,
+        cached=[None] * P.n_lanes, cached_g=[-1] * P.n_lanes, fwd_left=fwd_left,
+        inflight=[0] * R, warm=[0] * R, mem=P.static[:], reserved=[0.0] * R,
+        pending=[[] for _ in range(R)], out=[[] for _ in range(R)])
+
+
+def _admissible(P: _Plan, st: _State, g: int) -> bool:
+    """The rank's rules allow ``g`` now: in-flight and warm-up limits and the memory cap for a
+    microbatch entering the rank; forwards first; an allocation that fits."""
+    r = P.rank[g]
+    if P.is_entry[g]:
+        lim_if, lim_wu = P.limits[r]
+        if lim_if is not None and st.inflight[r] + P.v_of[r] > lim_if:
+            return False
+        if lim_wu is not None and st.warm[r] + P.v_of[r] > lim_wu:
+            return False
+        return fits(st.mem[r] + st.reserved[r] + P.need[r], P.caps[r])
+    if P.ffirst[r] and P.is_bwd[g] and st.fwd_left[r]:
+        return False
+    # would overshoot the cap: the rank's frees (W, B) run first
+    return not P.mem_gate[g] or fits(st.mem[r] + st.reserved[r] + P.alloc[g], P.caps[r])
+
+
+def _candidates(P: _Plan, st: _State, L: int):
+    """(earliest start, [(start, key, group)] of the lane's admissible ready heads, the group with
+    the smallest (key, group) among those starting earliest); None, [], -1 if none."""
+    T0 = st.free[L]
+    f = st.forced.get(L)
+    M, head, unmet, ready = P.M, st.head, st.unmet, st.ready
+    best = None
+    cand = []
+    for g in ((f,) if f is not None else P.lane_groups[L]):
+        m = head[g]
+        if m >= M:
+            continue
+        i = g * M + m
+        if unmet[i] or (P.gate[g] and not _admissible(P, st, g)):
+            continue
+        t = ready[i]
+        if P.jit_targets[g]:
+            t = _jit_ready(P, st, g, m, t)
+            if t is None:
+                continue
+        if t < T0:
+            t = T0
+        tr, pos = P.key[g]
+        key = (tr, m, pos) if P.mb_first[g] else (tr, pos, m)
+        cand.append((t, key, g))
+        if best is None or (t, key, g) < best:
+            best = (t, key, g)
+    if best is None:
+        return None, cand, -1
+    return best[0], cand, best[2]
+
+
+def _jit_ready(P: _Plan, st: _State, g: int, m: int, t: float) -> float | None:
+    """A just-in-time group runs once its targets wait for nothing but it: their ready time,
+    or None while they still wait for something else."""
+    M = P.M
+    for tg in P.jit_targets[g]:
+        j = tg * M + m
+        if st.unmet[j] > st.jit_left[j]:
+            return None
+        if st.ready[j] > t:
+            t = st.ready[j]
+    return t
+
+
+def _push(P: _Plan, st: _State, L: int) -> None:
+    """Re-rank lane ``L``: cache its candidates and queue it at its earliest start."""
+    st.version[L] += 1
+    t, cand, g = _candidates(P, st, L)
+    st.cached[L] = cand  # valid until the lane's version changes
+    st.cached_g[L] = g
+    r = P.lane_rank[L]
+    if t is None and st.pending[r]:
+        t = max(st.free[L], st.pending[r][0][0])  # a copy-stream free may unblock an entry
+    if t is not None:
+        heapq.heappush(st.heap, (t, L, st.version[L]))
+
+
+def _choose(P: _Plan, st: _State, t: float, L: int) -> int | None:
+    """The group lane ``L`` runs at ``t``, or None (then the lane was re-queued or has nothing)."""
+    r = P.lane_rank[L]
+    cand = st.cached[L]
+    pend = st.pending[r]
+    if pend and pend[0][0] <= t:
+        while pend and pend[0][0] <= t:  # frees on another stream that ended by t
+            st.mem[r] += heapq.heappop(pend)[1]
+        bt, cand, _ = _candidates(P, st, L)
+        if bt is None or bt > t:
+            _push(P, st, L)
+            return None
+        g = min((c[1], c[2]) for c in cand if c[0] <= t)[1]
+    elif not cand:
+        return None
+    else:
+        g = st.cached_g[L]  # the heap time is the earliest start: the best of those starting then
+    if P.fill[g]:
+        # a bubble-filling W must not delay work already announced (its inputs are scheduled)
+        horizon = t + P.dur[g]
+        others = [c for c in cand if not P.fill[c[2]] and c[0] < horizon]
+        if others:
+            now = [c for c in others if c[0] <= t]
+            if not now:
+                st.version[L] += 1
+                heapq.heappush(st.heap, (min(c[0] for c in others), L, st.version[L]))
+                return None
+            g = min((c[1], c[2]) for c in now)[1]
+    return g
+
+
+def _start(P: _Plan, st: _State, g: int, t: float, L: int) -> set:
+    """Run group ``g``'s next microbatch on lane ``L`` at ``t``; returns the lanes to re-rank."""
+    r, M = P.rank[g], P.M
+    m = st.head[g]
+    st.head[g] = m + 1
+    end = t + P.dur[g]
+    st.free[L] = end
+    st.out[r].append((t, L, g * M + m))
+    dirty = {L}
+    _rank_counters(P, st, g, r, dirty)
+    d = P.net[g]
+    if d:
+        if d < 0 and (not P.compute_lane[L] or P.multi_lane[r]):
+            # freed at its end: another stream of the rank may start meanwhile
+            heapq.heappush(st.pending[r], (end, d))
+        else:
+            st.mem[r] += d
+        if d < 0 or P.caps[r] is not None:
+            dirty.update(P.lanes_of_rank[r])
+    st.forced.pop(L, None)
+    w = P.eager_w.get(g)
+    if w is not None:
+        st.forced[L] = w
+    for tg in P.jit_targets[g]:
+        st.jit_left[tg * M + m] -= 1
+    _notify_users(P, st, g, m, end, dirty)
+    return dirty
+
+
+def _rank_counters(P: _Plan, st: _State, g: int, r: int, dirty: set) -> None:
+    """Forwards left, in-flight and warm-up slots, reserved memory after ``g`` starts on rank r."""
+    if P.is_fwd[g]:
+        st.fwd_left[r] -= 1
+        if st.fwd_left[r] == 0 and P.ffirst[r]:
+            dirty.update(P.lanes_of_rank[r])
+        if P.is_entry[g]:
+            st.inflight[r] += P.v_of[r]
+            st.warm[r] += P.v_of[r]
+            st.reserved[r] += P.hold[r] - P.peak_f[P.stage[g]]
+        else:
+            st.reserved[r] -= P.peak_f[P.stage[g]]
+    if P.releases[g]:
+        st.inflight[r] -= 1
+        dirty.update(P.lanes_of_rank[r])
+    if P.releases_wu[g]:
+        st.warm[r] -= 1
+        dirty.update(P.lanes_of_rank[r])
+
+
+def _notify_users(P: _Plan, st: _State, g: int, m: int, end: float, dirty: set) -> None:
+    """The actions waiting on (g, m): ready at ``end`` + latency; their lanes re-rank when free."""
+    M = P.M
+    for h, wt in P.users[g]:
+        j = h * M + m
+        tt = end + wt
+        if tt > st.ready[j]:
+            st.ready[j] = tt
+        st.unmet[j] -= 1
+        if not st.unmet[j]:
+            dirty.add(P.lane[h])
+        elif P.jit_feeders[h] and st.unmet[j] == st.jit_left[j]:
+            for f in P.jit_feeders[h]:
+                dirty.add(P.lane[f])
+
+
+def _run(P: _Plan, st: _State) -> int:
+    """The event loop: the lane with the earliest possible start runs its best action; returns
+    how many actions ran."""
+    for L in range(P.n_lanes):
+        if P.lane_groups[L]:
+            _push(P, st, L)
+    done = 0
+    while st.heap:
+        t, L, ver = heapq.heappop(st.heap)
+        if ver != st.version[L]:
+            continue
+        g = _choose(P, st, t, L)
+        if g is None:
+            continue
+        done += 1
+        for x in _start(P, st, g, t, L):
+            _push(P, st, x)
+    return done
+
+
+def _orders(P: _Plan, st: _State, placement) -> Schedule:
+    """Each rank's actions in start order (lanes of one rank merged by time), as a Schedule."""
+    M = P.M
+    order, starts = [], []
+    for r in range(P.ranks):
+        row = st.out[r]
+        if len(P.lanes_of_rank[r]) > 1:
+            row.sort(key=lambda x: (x[0], x[1]))
+        seq = []
+        for _, _, i in row:
+            g, m = divmod(i, M)
+            seq.append(Action(P.stage[g], P.kind[g], m))
+        order.append(tuple(seq))
+        starts.append(tuple(x[0] for x in row))
+    sched = Schedule(P.ranks, M, tuple(placement), tuple(order))
+    sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
+    if not structure_problems(sched):
+        # every action ran after its dependencies, in lane order: the actors' times are a feasible
+        # execution, so no order or deadlock problem exists (validate and sim skip their scans)
+        sched.__dict__["_valid"] = True
+    return sched
 
 
 def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs: StageCosts,
                   rank_rules: Sequence[Rules], extra: Mapping[str, object] = {},
                   limits: Sequence[tuple[int | None, int | None]] | None = None) -> Schedule:
     """Generate the per-rank orders (see the module docstring for the phases)."""
-    M, S = microbatches, len(placement)
     kps = stage_kinds(placement, rank_rules, extra)
-    G = _groups(placement, kps, ranks, float(costs.comm))
-    n = len(G.stage)
-    g_rank, g_lane, g_users, g_stage = G.rank, G.lane, G.users, G.stage  # hot-loop locals
-    dur = duration_table(tuple(dict.fromkeys(G.kind)), costs)
-    kid = {k.name: i for i, k in enumerate(dict.fromkeys(G.kind))}
-    gdur = [float(dur[kid[G.kind[g].name], g_stage[g]]) for g in range(n)]
-    act = [float(a) for a in costs.act]
-    local = [[s for s in range(S) if placement[s] == r] for r in range(ranks)]
-    v_of = [len(x) for x in local]
-    if limits is None:
-        limits = [(None, None)] * ranks
-    lim_if = [x[0] for x in limits]
-    lim_wu = [x[1] for x in limits]
-
-    # memory effect of each group (units of its stage's act), adjusts of co-present kinds applied
-    names = [G.kind[g].name for g in range(n)]
-    at = {(g_stage[g], names[g]): g for g in range(n)}
-    eff = memory_effects(kps)
-    effects = [_group_memory(eff[g_stage[g]], names[g], act[g_stage[g]]) for g in range(n)]
-    net = [e[0] for e in effects]
-    # ``alloc``: what a group adds above the rank's memory while it runs (a forward: beyond what
-    # its microbatch reserved at admission, e.g. a recomputed stage's transient; R or LOAD: the
-    # activation they re-create); under a cap such a group runs only if that fits
-    alloc = [e[1] for e in effects]
-    peak_f = [0.0] * S
-    for g in range(n):
-        if G.kind[g].is_forward:
-            peak_f[g_stage[g]] = effects[g][2]
-    static = [float(sum(costs.mem[s] for s in local[r])) for r in range(ranks)]
-    caps = [rank_rules[r].memory_cap for r in range(ranks)]
-    hold = [sum(peak_f[s] for s in local[r]) for r in range(ranks)]
-    # an entering microbatch must leave room for its holdings plus the largest single allocation
-    # that can follow, so the admitted microbatches can always progress one action at a time
-    need = [hold[r] + max([alloc[g] for g in range(n) if g_rank[g] == r] + [0.0]) for r in range(ranks)]
-
-    # per-group scheduling attributes
-    entry_stage = [min(x) if x else -1 for x in local]
-    is_fwd = [G.kind[g].is_forward for g in range(n)]
-    is_entry = [is_fwd[g] and g_stage[g] == entry_stage[g_rank[g]] for g in range(n)]
-    releases = [G.kind[g].computes_weight_grad for g in range(n)]
-    releases_wu = [G.kind[g].computes_input_grad for g in range(n)]
-    is_bwd = [G.kind[g].is_backward for g in range(n)]
-    # just-in-time kinds (R, reload): a kind that must precede another on the same stage runs only
-    # once that other action waits for nothing else, so a recompute lands right before its backward
-    jit_targets: list[list[int]] = [[] for _ in range(n)]
-    jit_feeders: list[list[int]] = [[] for _ in range(n)]
-    for g in range(n):
-        for name in G.kind[g].before:
-            t = at.get((g_stage[g], name))
-            if t is not None:
-                jit_targets[g].append(t)
-                jit_feeders[t].append(g)
-                is_bwd[g] = True  # belongs to the backward phase (forwards_first holds it back)
-    eager_w = {}
-    keybase, kmul = [0] * n, [1] * n
-    fill = [False] * n
-    S2 = 2 * S + 1
-    for g in range(n):
-        rr = rank_rules[g_rank[g]]
-        k = G.kind[g]
-        pr = rr.priority
-        tr = (pr.index(k.name) + 1) if k.name in pr else 0
-        if k.name == "W" and rr.w_policy == "fill":
-            tr = _W_FILL
-            fill[g] = True
-        s = g_stage[g]
-        d = s if k.is_forward else 2 * S - 1 - s
-        if rr.traversal == "depth":
-            keybase[g], kmul[g] = (tr * S2 + (S2 - 1 - d)) * (M + 1), 1
-        elif rr.traversal == "breadth":
-            keybase[g], kmul[g] = (tr * S2 + d) * (M + 1), 1
-        else:
-            keybase[g], kmul[g] = tr * (M + 1) * S2 + (S2 - 1 - d), S2
-        if k.name == "I" and rr.w_policy == "eager":
-            w = at.get((s, "W"))
-            if w is not None:
-                eager_w[g] = w
-    fwd_left = [0] * ranks
-    for g in range(n):
-        if is_fwd[g]:
-            fwd_left[g_rank[g]] += M
-    ffirst = [rank_rules[r].forwards_first for r in range(ranks)]
-
-    lane_groups = [[] for _ in range(G.n_lanes)]
-    for g in range(n):
-        lane_groups[g_lane[g]].append(g)
-    lanes_of_rank = [[] for _ in range(ranks)]
-    for L in range(G.n_lanes):
-        if lane_groups[L]:
-            lanes_of_rank[g_rank[lane_groups[L][0]]].append(L)
-    multi_lane = [len(x) > 1 for x in lanes_of_rank]
-    compute_lane = {L: G.kind[lane_groups[L][0]].occupies_compute for L in range(G.n_lanes) if lane_groups[L]}
-
-    # state
-    unmet = [len(G.deps[g]) for g in range(n) for _ in range(M)]
-    jit_left = [len(jit_feeders[g]) for g in range(n) for _ in range(M)]
-    ready = [0.0] * (n * M)
-    head = [0] * n
-    free = [0.0] * G.n_lanes
-    inflight = [0] * ranks
-    warm = [0] * ranks
-    mem = static[:]
-    reserved = [0.0] * ranks
-    pending: list[list[tuple[float, float]]] = [[] for _ in range(ranks)]
-    forced: dict[int, int] = {}
-    out: list[list[tuple[float, int, int]]] = [[] for _ in range(ranks)]
-    version = [0] * G.n_lanes
-    heap: list[tuple[float, int, int]] = []
-
-    def admissible(g: int) -> bool:
-        r = g_rank[g]
-        if is_entry[g]:
-            lim = lim_if[r]
-            if lim is not None and inflight[r] + v_of[r] > lim:
-                return False
-            lim = lim_wu[r]
-            if lim is not None and warm[r] + v_of[r] > lim:
-                return False
-            cap = caps[r]
-            if cap is not None and mem[r] + reserved[r] + need[r] > cap + 1e-9:
-                return False
-            return True
-        if ffirst[r] and is_bwd[g] and fwd_left[r]:
-            return False
-        if mem_gate[g] and mem[r] + reserved[r] + alloc[g] > caps[r] + 1e-9:
-            return False  # would overshoot the cap: the rank's frees (W, B) run first
-        return True
-
-    def candidates(L: int):
-        """(earliest start, [(start, key, group)] of the lane's admissible ready heads, the
-        group with the smallest (key, group) among those starting earliest); None, [], -1 if none."""
-        T0 = free[L]
-        f = forced.get(L)
-        groups = (f,) if f is not None else lane_groups[L]
-        best_t = None
-        best_k = best_g = -1
-        cand = []
-        for g in groups:
-            m = head[g]
-            if m >= M:
-                continue
-            i = g * M + m
-            if unmet[i] or (gate[g] and not admissible(g)):
-                continue
-            t = ready[i]
-            if jit_targets[g]:
-                blocked = False
-                for tg in jit_targets[g]:
-                    j = tg * M + m
-                    if unmet[j] > jit_left[j]:
-                        blocked = True
-                        break
-                    if ready[j] > t:
-                        t = ready[j]
-                if blocked:
-                    continue
-            if t < T0:
-                t = T0
-            key = keybase[g] + m * kmul[g]
-            cand.append((t, key, g))
-            if best_t is None or t < best_t or (t == best_t and (key < best_k or (key == best_k and g < best_g))):
-                best_t, best_k, best_g = t, key, g
-        return best_t, cand, best_g
-
-    mem_gate = [caps[g_rank[g]] is not None and alloc[g] > 0 for g in range(n)]
-    gate = [is_entry[g] or (ffirst[g_rank[g]] and is_bwd[g]) or mem_gate[g] for g in range(n)]
-    cached: list = [None] * G.n_lanes
-    cached_g: list = [-1] * G.n_lanes
-    lane_rank = [g_rank[x[0]] if x else -1 for x in lane_groups]
-
-    def push(L: int) -> None:
-        version[L] += 1
-        t, cand, g = candidates(L)
-        cached[L] = cand  # valid until the lane's version changes
-        cached_g[L] = g
-        r = lane_rank[L]
-        if t is None and pending[r]:
-            t = max(free[L], pending[r][0][0])  # a copy-stream free may unblock an entry
-        if t is not None:
-            heapq.heappush(heap, (t, L, version[L]))
-
-    for L in range(G.n_lanes):
-        if lane_groups[L]:
-            push(L)
-    done, total = 0, n * M
-    while heap:
-        t, L, ver = heapq.heappop(heap)
-        if ver != version[L]:
-            continue
-        r = lane_rank[L]
-        cand = cached[L]
-        pend = pending[r]
-        if pend and pend[0][0] <= t:
-            while pend and pend[0][0] <= t:
-                mem[r] += heapq.heappop(pend)[1]
-            bt, cand, _ = candidates(L)
-            if bt is None or bt > t:
-                push(L)
-                continue
-            g = min((c[1], c[2]) for c in cand if c[0] <= t)[1]
-        elif not cand:
-            continue
-        else:
-            g = cached_g[L]  # the heap time is the earliest start: the best of those starting then
-        if fill[g]:
-            # a bubble-filling W must not delay work already announced (its inputs are scheduled)
-            horizon = t + gdur[g]
-            others = [c for c in cand if not fill[c[2]] and c[0] < horizon]
-            if others:
-                now = [c for c in others if c[0] <= t]
-                if not now:
-                    version[L] += 1
-                    heapq.heappush(heap, (min(c[0] for c in others), L, version[L]))
-                    continue
-                g = min((c[1], c[2]) for c in now)[1]
-        m = head[g]
-        head[g] = m + 1
-        end = t + gdur[g]
-        free[L] = end
-        out[r].append((t, L, g * M + m))
-        done += 1
-        dirty = {L}
-        # rank state: forwards left, in-flight slots, memory
-        if is_fwd[g]:
-            fwd_left[r] -= 1
-            if fwd_left[r] == 0 and ffirst[r]:
-                dirty.update(lanes_of_rank[r])
-            if is_entry[g]:
-                inflight[r] += v_of[r]
-                warm[r] += v_of[r]
-                reserved[r] += hold[r] - peak_f[g_stage[g]]
-            else:
-                reserved[r] -= peak_f[g_stage[g]]
-        if releases[g]:
-            inflight[r] -= 1
-            dirty.update(lanes_of_rank[r])
-        if releases_wu[g]:
-            warm[r] -= 1
-            dirty.update(lanes_of_rank[r])
-        d = net[g]
-        if d:
-            if d < 0 and (not compute_lane[L] or multi_lane[r]):
-                # freed at its end: another stream of the rank may start meanwhile
-                heapq.heappush(pending[r], (end, d))
-            else:
-                mem[r] += d
-            if d < 0 or caps[r] is not None:
-                dirty.update(lanes_of_rank[r])
-        if L in forced:
-            del forced[L]
-        w = eager_w.get(g)
-        if w is not None:
-            forced[L] = w
-        if jit_targets[g]:
-            for tg in jit_targets[g]:
-                jit_left[tg * M + m] -= 1
-        for h, wt in g_users[g]:
-            j = h * M + m
-            tt = end + wt
-            if tt > ready[j]:
-                ready[j] = tt
-            unmet[j] -= 1
-            if not unmet[j]:
-                dirty.add(g_lane[h])
-            elif jit_feeders[h] and unmet[j] == jit_left[j]:
-                for f in jit_feeders[h]:
-                    dirty.add(g_lane[f])
-        for x in dirty:
-            push(x)
-    if done < total:
-        raise _deadlock(G, head, M, unmet, limits, inflight, warm, caps, mem, reserved, lane_groups,
-                        admissible)
-    order, starts = [], []
-    for r in range(ranks):
-        row = out[r]
-        if len(lanes_of_rank[r]) > 1:
-            row.sort(key=lambda x: (x[0], x[1]))
-        seq = []
-        for _, _, i in row:
-            g, m = divmod(i, M)
-            seq.append(Action(G.stage[g], G.kind[g], m))
-        order.append(tuple(seq))
-        starts.append(tuple(x[0] for x in row))
-    sched = Schedule(ranks, M, tuple(placement), tuple(order))
-    sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
-    if not structure_problems(sched):
-        # every action ran after its dependencies, in lane order: the actors' times are a feasible
-        # execution, so no order or deadlock problem exists (validate and sim skip their scans)
-        sched.__dict__["_valid"] = True
-    if any(multi_lane[r] and caps[r] is not None for r in range(ranks)):
-        _check_streams(sched, costs, caps)
+    P = _prepare(placement, ranks, microbatches, costs, rank_rules, kps,
+                 limits if limits is not None else [(None, None)] * ranks)
+    st = _initial_state(P)
+    if _run(P, st) < len(P.stage) * microbatches:
+        raise _deadlock(P, st)
+    sched = _orders(P, st, placement)
+    if any(P.multi_lane[r] and P.caps[r] is not None for r in range(ranks)):
+        _check_streams(sched, costs, P.caps)
     return sched
 
 
@@ -444,7 +532,7 @@ def _check_streams(sched: Schedule, costs: StageCosts, caps) -> None:
     the simulator may start an allocation earlier than the actors did: simulate and refuse."""
     from ..sim import simulate
     peaks = simulate(sched, costs).metrics.peak_memory
-    over = [(r, pk, caps[r]) for r, pk in enumerate(peaks) if caps[r] is not None and pk > caps[r] * (1 + 1e-9)]
+    over = [(r, pk, caps[r]) for r, pk in enumerate(peaks) if not fits(pk, caps[r])]
     if over:
         r, pk, cap = over[0]
         raise RulesMemoryError(
@@ -453,21 +541,21 @@ def _check_streams(sched: Schedule, costs: StageCosts, caps) -> None:
             f"raise the cap, offload fewer stages or use recomputation (extra={{'R': 'all'}})")
 
 
-def _deadlock(G, head, M, unmet, limits, inflight, warm, caps, mem, reserved, lane_groups, admissible):
+def _deadlock(P: _Plan, st: _State) -> RulesDeadlock:
     lines = []
-    for L, groups in enumerate(lane_groups):
+    for groups in P.lane_groups:
         for g in groups:
-            m = head[g]
-            if m >= M:
+            m = st.head[g]
+            if m >= P.M:
                 continue
-            a = f"{G.stage[g]}{G.kind[g].name}{m}"
-            r = G.rank[g]
-            if unmet[g * M + m]:
+            a = f"{P.stage[g]}{P.kind[g].name}{m}"
+            r = P.rank[g]
+            if st.unmet[g * P.M + m]:
                 lines.append(f"rank {r}: {a} waits for its dependencies")
-            elif not admissible(g):
-                lines.append(f"rank {r}: {a} is blocked (in flight {inflight[r]}, limit {limits[r][0]}; "
-                             f"warm-up {warm[r]}, limit {limits[r][1]}; "
-                             f"memory {mem[r]:g} + reserved {reserved[r]:g}, cap {caps[r]})")
+            elif not _admissible(P, st, g):
+                lines.append(f"rank {r}: {a} is blocked (in flight {st.inflight[r]}, limit "
+                             f"{P.limits[r][0]}; warm-up {st.warm[r]}, limit {P.limits[r][1]}; "
+                             f"memory {st.mem[r]:g} + reserved {st.reserved[r]:g}, cap {P.caps[r]})")
     shown = "; ".join(lines[:8]) + (f" and {len(lines) - 8} more" if len(lines) > 8 else "")
     return RulesDeadlock(f"the rules cannot finish: every rank is waiting ({shown}); raise the "
                          "in-flight limit or memory cap, or check the user kinds' dependencies")

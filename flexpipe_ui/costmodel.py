@@ -1,0 +1,251 @@
+"""The cost model: how long an action takes, what a cross-rank dependency costs, what memory an
+action allocates and frees, the data-parallel all-reduce, and whether a peak fits a memory cap.
+
+This is the one place these rules live (DESIGN.md, contract 4). The simulator (``sim``), the DSL's
+list scheduler (``dsl.scheduler``), the exact CP-SAT polish (``search.exact``) and the search's
+bounds (``search.bounds``) all take their timing and memory rules from here.
+
+Default model (every optional field absent): an action lasts its kind's cost on its stage
+(F: f, I: b, W: w, B: b + w); a dependency between two ranks adds ``comm``; a stage's activation
+``act`` is held from its F's start to its W's (or B's) end. The optional problem fields switch on
+extra terms, each neutral when absent:
+
+- ``overhead`` (number or kind → time): added to every compute action's duration;
+- layer ``bw``: a fused B lasts ``bw`` instead of b + w (so splitting costs b + w − bw more);
+- ``bandwidth`` with layer ``out``: a cross-rank dependency costs ``comm + out / bandwidth``, where
+  the message is the output of the producing stage's last layer (F→F), and the gradient of that
+  same activation going back (I/B→I/B): ``out`` of the lower of the two stages;
+- ``comm_cpu``: that fraction of each cross-rank message's cost also lengthens the action that
+  sends it and the action that receives it (CPU/gloo copies run on the ranks' own cores);
+- layer ``act_w``: after I only ``act_w`` of the activation stays until W; the rest
+  (``act − act_w``) is freed at I's end;
+- ``dp``, ``dp_bandwidth``, layer ``grad``: with dp > 1 replicas each stage's gradient all-reduce
+  costs ``2 (dp − 1) / dp · grad / dp_bandwidth``; it starts after the stage's last W/B, runs on its
+  rank's own all-reduce lane (one at a time, in the order they become ready) and the step ends when
+  the last one ends.
+
+"Fits the cap" is ``fits``: one function, one tolerance (``FIT_TOL``).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .kinds import Kind, get_kind
+from .problem import StageCosts
+
+__all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency",
+           "action_durations", "message_size", "kind_memory_units", "memory_effects",
+           "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
+           "allreduce_lane", "fused_or_split_work", "hop_latency"]
+
+FIT_TOL = 1e-9
+"""Relative tolerance (absolute below 1) of "peak fits the cap": float sums of activations may
+overshoot a cap they exactly meet by an ulp."""
+
+
+def fits(peak: float, cap: float | None) -> bool:
+    """True when ``peak`` is within the memory ``cap`` (None: no cap), up to ``FIT_TOL``."""
+    return cap is None or peak <= cap + FIT_TOL * max(1.0, abs(cap))
+
+
+def fits_mask(peak, cap) -> np.ndarray:
+    """``fits`` elementwise over arrays (``cap`` an array or a number, not None)."""
+    cap = np.asarray(cap, float)
+    return np.asarray(peak, float) <= cap + FIT_TOL * np.maximum(1.0, np.abs(cap))
+
+
+# ---------------------------------------------------------------- durations
+
+def overhead_of(kind: Kind, costs: StageCosts) -> float:
+    """Per-action overhead of ``kind``: the problem's ``overhead`` for compute actions (a number),
+    or its entry for the kind's name (a mapping); 0 when unset."""
+    ov = costs.overhead
+    if ov is None:
+        return 0.0
+    if isinstance(ov, Mapping):
+        return float(ov.get(kind.name, 0.0))
+    return float(ov) if kind.occupies_compute else 0.0
+
+
+def duration_table(kinds: Sequence[Kind], costs: StageCosts) -> np.ndarray:
+    """(kind id × stage) → duration: each kind's cost function plus its per-action overhead.
+
+    Without the optional terms this is exactly each kind's cost (F: f, I: b, W: w, B: b + w)."""
+    S = costs.num_stages
+    tab = np.zeros((len(kinds), S))
+    for s in range(S):
+        sc = costs.stage(s)
+        for k, kind in enumerate(kinds):
+            tab[k, s] = kind.cost(sc)
+    if costs.overhead is not None:
+        tab = tab + np.array([overhead_of(k, costs) for k in kinds])[:, None]
+    if (tab < 0).any():
+        k, s = np.argwhere(tab < 0)[0]
+        raise ValueError(f"kind {kinds[k].name} has negative duration {tab[k, s]} on stage {s}")
+    return tab
+
+
+def message_size(costs: StageCosts, src_stage, dst_stage) -> np.ndarray:
+    """MiB of the message between two stages: ``out`` of the lower one (F→F carries the lower
+    stage's output, I/B→I/B its gradient); 0 without ``out``."""
+    src_stage, dst_stage = np.asarray(src_stage), np.asarray(dst_stage)
+    if costs.out is None:
+        return np.zeros(src_stage.shape)
+    return np.asarray(costs.out, float)[np.minimum(src_stage, dst_stage)]
+
+
+def edge_latency(costs: StageCosts, src_rank, dst_rank, src_stage, dst_stage) -> np.ndarray:
+    """Cost of dependencies src → dst: 0 on the same rank, else ``comm`` (+ ``out / bandwidth``)."""
+    cross = np.asarray(src_rank) != np.asarray(dst_rank)
+    if costs.bandwidth is None or costs.out is None:
+        return np.where(cross, costs.comm, 0.0)
+    return np.where(cross, costs.comm + message_size(costs, src_stage, dst_stage) / costs.bandwidth, 0.0)
+
+
+def hop_latency(costs: StageCosts, stage: int | np.ndarray) -> np.ndarray | float:
+    """Cost of one message between stage s and s + 1 if they are on different ranks."""
+    if costs.bandwidth is None or costs.out is None:
+        return costs.comm + 0.0 * np.asarray(stage, float)
+    return costs.comm + np.asarray(costs.out, float)[stage] / costs.bandwidth
+
+
+def action_durations(g, costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
+    """(duration per action, latency per dependency edge) of a compiled graph (``graph.Graph``).
+
+    With ``comm_cpu`` the sending and the receiving action of each cross-rank edge are lengthened
+    by that fraction of the edge's latency."""
+    n = g.n
+    dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
+    lat = edge_latency(costs, g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])
+    if costs.comm_cpu and len(lat):
+        busy = costs.comm_cpu * lat
+        dur = dur + np.bincount(g.src, weights=busy, minlength=n) + np.bincount(g.dst, weights=busy, minlength=n)
+    return dur, lat
+
+
+# ---------------------------------------------------------------- memory
+
+def kind_memory_units(kinds_per_stage: Sequence[Sequence[str]]) -> list[dict[str, tuple[float, float]]]:
+    """Per stage, kind name → (mem_start, mem_end) in units of the stage's activation, with the
+    ``adjust`` of the other kinds on that stage applied (recompute makes F free at its end)."""
+    out = []
+    for ks in kinds_per_stage:
+        eff = {k: [get_kind(k).mem_start, get_kind(k).mem_end] for k in ks}
+        for k in ks:
+            for target, (ds, de) in get_kind(k).adjust.items():
+                if target in eff:
+                    eff[target][0] += ds
+                    eff[target][1] += de
+        out.append({k: (a, b) for k, (a, b) in eff.items()})
+    return out
+
+
+memory_effects = kind_memory_units
+
+
+def _split_release(kind: Kind) -> int:
+    """+1 for I (frees act − act_w at its end), −1 for W (frees that much less), else 0."""
+    if kind.computes_input_grad and not kind.computes_weight_grad:
+        return 1
+    if kind.computes_weight_grad and not kind.computes_input_grad:
+        return -1
+    return 0
+
+
+def stage_memory(kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts
+                 ) -> list[dict[str, tuple[float, float]]]:
+    """Per stage, kind name → (MiB allocated at start, MiB changed at end) of one microbatch."""
+    units = kind_memory_units(kinds_per_stage)
+    out = []
+    for s, eff in enumerate(units):
+        act = float(costs.act[s])
+        early = 0.0 if costs.act_w is None else act - float(costs.act_w[s])
+        row = {}
+        for k, (ms, me) in eff.items():
+            row[k] = (act * ms, act * me - early * _split_release(get_kind(k)))
+        out.append(row)
+    return out
+
+
+def action_memory(acts, kid: np.ndarray, klist: Sequence[Kind], stage: np.ndarray,
+                  costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
+    """(MiB allocated at start, MiB changed at end) per action of a timeline.
+
+    Each kind's ``mem_start``/``mem_end`` (units of its stage's ``act``) plus the ``adjust`` that
+    user kinds apply to other kinds on the same (stage, microbatch); with ``act_w`` the part of the
+    activation above it is freed at I's end instead of W's."""
+    n = len(acts)
+    act = costs.act[stage] if n else np.zeros(0)
+    ms = np.array([k.mem_start for k in klist], float)[kid] if n else np.zeros(0)
+    me = np.array([k.mem_end for k in klist], float)[kid] if n else np.zeros(0)
+    adjusting = [i for i, a in enumerate(acts) if a.kind.adjust] if any(k.adjust for k in klist) else []
+    if adjusting:
+        ms, me = ms.copy(), me.copy()
+        where = {a.key: i for i, a in enumerate(acts)}
+        for i in adjusting:
+            a = acts[i]
+            for target, (ds, de) in a.kind.adjust.items():
+                j = where.get((a.stage, target, a.microbatch))
+                if j is not None:
+                    ms[j] += ds
+                    me[j] += de
+    start, end = ms * act, me * act
+    if costs.act_w is not None and n:
+        rel = np.array([_split_release(k) for k in klist], float)[kid]
+        end = end - rel * (act - np.asarray(costs.act_w, float)[stage])
+    return start, end
+
+
+# ---------------------------------------------------------------- bounds' building blocks
+
+def backward_time(costs: StageCosts) -> np.ndarray:
+    """Per stage, the least time of the backward that sends the input gradient on (I or B)."""
+    b = np.asarray(costs.b, float)
+    return b if costs.bw is None else np.minimum(b, costs.bw)
+
+
+def fused_backward(costs: StageCosts) -> np.ndarray:
+    """Per stage, a fused B's duration (b + w unless ``bw`` says otherwise), without overhead."""
+    return costs.b + costs.w if costs.bw is None else np.asarray(costs.bw, float)
+
+
+def fused_or_split_work(costs: StageCosts) -> np.ndarray:
+    """Per stage, the least compute one microbatch needs, fused or split, with overheads:
+    min(f + b + w + o_F + o_I + o_W, f + bw + o_F + o_B). Exactly f + b + w without the terms."""
+    if costs.bw is None and costs.overhead is None:
+        return costs.f + costs.b + costs.w
+    o = {name: overhead_of(get_kind(name), costs) for name in ("F", "I", "W", "B")}
+    split = costs.f + costs.b + costs.w + (o["F"] + o["I"] + o["W"])
+    fused = costs.f + fused_backward(costs) + (o["F"] + o["B"])
+    return np.minimum(split, fused)
+
+
+# ---------------------------------------------------------------- data parallel
+
+def allreduce_time(costs: StageCosts) -> np.ndarray | None:
+    """Per stage, its gradient all-reduce time ``2 (dp − 1) / dp · grad / dp_bandwidth``; None
+    when there is no all-reduce (dp 1 or no ``grad``)."""
+    if costs.dp <= 1 or costs.grad is None or costs.dp_bandwidth is None:
+        return None
+    return 2.0 * (costs.dp - 1) / costs.dp * np.asarray(costs.grad, float) / costs.dp_bandwidth
+
+
+def allreduce_lane(stage_rank: Sequence[int], last_backward_end: np.ndarray, costs: StageCosts
+                   ) -> list[tuple[int, int, float, float]] | None:
+    """(rank, stage, start, end) of each stage's all-reduce on its rank's all-reduce lane: it
+    starts after the stage's last W/B (``last_backward_end[s]``) and after the lane's previous
+    all-reduce, taken in the order they become ready (ties: higher stage first, as the backward
+    runs). None when there is no all-reduce."""
+    t = allreduce_time(costs)
+    if t is None:
+        return None
+    free: dict[int, float] = {}
+    out = []
+    for s in sorted(range(len(stage_rank)), key=lambda s: (last_backward_end[s], -s)):
+        r = int(stage_rank[s])
+        st = max(float(last_backward_end[s]), free.get(r, 0.0))
+        free[r] = st + float(t[s])
+        out.append((r, s, st, free[r]))
+    return out
