@@ -44,6 +44,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from flexpipe_ui.costmodel import fits as fits_cap  # noqa: E402
 from flexpipe_ui.ir import Plan  # noqa: E402
 from flexpipe_ui.presets import Transformer, gpt, preset  # noqa: E402
 from flexpipe_ui.problem import even_partition  # noqa: E402
@@ -88,7 +89,7 @@ def torch_makespans(problem):
         plan = Plan(sched, even_partition(problem.num_layers, sched.num_stages))
         res = simulate(plan, problem)
         peak = res.metrics.max_peak_memory
-        fits = problem.memory_limit is None or peak <= problem.memory_limit * (1 + 1e-9)
+        fits = fits_cap(peak, problem.memory_limit)
         out[name] = ("ok" if fits else "OOM", res.makespan, peak)
     return out
 
@@ -100,7 +101,7 @@ def megatron_1f1b(problem):
         return ("n/a", math.inf, math.inf)
     res = simulate(build_named("1f1b", problem), problem)
     peak = res.metrics.max_peak_memory
-    fits = problem.memory_limit is None or peak <= problem.memory_limit * (1 + 1e-9)
+    fits = fits_cap(peak, problem.memory_limit)
     return ("ok" if fits else "OOM", res.makespan, peak)
 
 
@@ -184,7 +185,7 @@ def main() -> int:
             free = auto_search(replace(problem, memory_limit=None), seed=args.seed)
             free_ms, free_peak = free.makespan, free.candidates[0][1].metrics.max_peak_memory
             # binds: searching without the cap finds something faster that does not fit
-            binds = free_peak > problem.memory_limit * (1 + 1e-9) and free_ms < res.makespan * (1 - 1e-9)
+            binds = not fits_cap(free_peak, problem.memory_limit) and free_ms < res.makespan * (1 - 1e-9)
         bound = plan_bound(problem)
         target = "n/a (memory binds)" if binds else ("yes" if res.makespan <= 1.06 * bound else "NO")
         targets.append((title, target, res.makespan / bound))

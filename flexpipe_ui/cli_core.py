@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from .costmodel import fits
 from .ir import Plan
 from .planfile import load_plan, save_plan
 from .problem import even_partition, load_problem
@@ -30,7 +31,7 @@ def metrics_text(m, memory_limit: float | None = None) -> str:
     lines = [f"makespan   {m.makespan:.6g}", f"bubble     {m.bubble:.2%}"]
     lines.append("rank  busy        bubble   peak_memory  (static + activations)")
     for r, (b, bb, pk, st) in enumerate(zip(m.busy, m.bubble_per_rank, m.peak_memory, m.static_memory)):
-        flag = "  > memory_limit!" if memory_limit is not None and pk > memory_limit + 1e-9 else ""
+        flag = "  > memory_limit!" if not fits(pk, memory_limit) else ""
         lines.append(f"{r:>4}  {b:<10.6g}  {bb:>6.1%}   {pk:<11.6g}  ({st:g} + {pk - st:g}){flag}")
     return "\n".join(lines)
 
@@ -63,7 +64,7 @@ def _cmd_simulate(args) -> int:
     if args.json:
         d = m.to_dict()
         d["memory_limit"] = limit
-        d["fits_memory"] = limit is None or m.max_peak_memory <= limit + 1e-9
+        d["fits_memory"] = fits(m.max_peak_memory, limit)
         print(json.dumps(d))
     else:
         print(metrics_text(m, limit))

@@ -38,7 +38,8 @@ from .problem import StageCosts
 __all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency",
            "action_durations", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
-           "allreduce_lane", "fused_or_split_work", "hop_latency"]
+           "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
+           "layer_work", "layer_chain", "hold_area"]
 
 FIT_TOL = 1e-9
 """Relative tolerance (absolute below 1) of "peak fits the cap": float sums of activations may
@@ -104,10 +105,11 @@ def edge_latency(costs: StageCosts, src_rank, dst_rank, src_stage, dst_stage) ->
     return np.where(cross, costs.comm + message_size(costs, src_stage, dst_stage) / costs.bandwidth, 0.0)
 
 
-def hop_latency(costs: StageCosts, stage: int | np.ndarray) -> np.ndarray | float:
-    """Cost of one message between stage s and s + 1 if they are on different ranks."""
+def hop_latency(costs: StageCosts, stage) -> np.ndarray:
+    """Cost of the message between stage s and s + 1 (either way) if they are on different ranks."""
+    stage = np.asarray(stage)
     if costs.bandwidth is None or costs.out is None:
-        return costs.comm + 0.0 * np.asarray(stage, float)
+        return np.full(stage.shape, float(costs.comm))
     return costs.comm + np.asarray(costs.out, float)[stage] / costs.bandwidth
 
 
@@ -211,14 +213,64 @@ def fused_backward(costs: StageCosts) -> np.ndarray:
     return costs.b + costs.w if costs.bw is None else np.asarray(costs.bw, float)
 
 
-def fused_or_split_work(costs: StageCosts) -> np.ndarray:
-    """Per stage, the least compute one microbatch needs, fused or split, with overheads:
-    min(f + b + w + o_F + o_I + o_W, f + bw + o_F + o_B). Exactly f + b + w without the terms."""
+def stage_work(costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per stage, the least compute one microbatch needs: (forward, backward, total), the
+    backward fused or split, whichever is less, overheads included:
+    forward f + o_F, backward min(b + w + o_I + o_W, bw + o_B). Without the optional terms exactly
+    (f, b + w, f + b + w) — the figures the bounds have always used."""
     if costs.bw is None and costs.overhead is None:
-        return costs.f + costs.b + costs.w
+        return costs.f, costs.b + costs.w, costs.f + costs.b + costs.w
     o = {name: overhead_of(get_kind(name), costs) for name in ("F", "I", "W", "B")}
-    split = costs.f + costs.b + costs.w + (o["F"] + o["I"] + o["W"])
-    fused = costs.f + fused_backward(costs) + (o["F"] + o["B"])
+    fwd = costs.f + o["F"]
+    bwd = np.minimum(costs.b + costs.w + (o["I"] + o["W"]), fused_backward(costs) + o["B"])
+    return fwd, bwd, fwd + bwd
+
+
+def first_backward(costs: StageCosts) -> float:
+    """Stage 0's least backward (I + W split or B fused), the end of one microbatch's chain."""
+    if costs.bw is None:
+        return float(costs.b[0] + costs.w[0])
+    return float(min(costs.b[0] + costs.w[0], costs.bw[0]))
+
+
+def hops_latency(costs: StageCosts, cross) -> np.ndarray:
+    """Cumulative latency of the rank crossings ``cross[s]`` (1 where stage s − 1 → s crosses
+    ranks): entry s is what microbatch 0's forward has paid in messages on reaching stage s."""
+    cross = np.asarray(cross)
+    if costs.bandwidth is None or costs.out is None:
+        return costs.comm * np.cumsum(cross)
+    per = np.r_[0.0, hop_latency(costs, np.arange(len(cross) - 1))] if len(cross) else np.zeros(0)
+    return np.cumsum(cross * per)
+
+
+def layer_work(layers) -> np.ndarray:
+    """Per layer, a lower bound of its compute per microbatch in any plan: f + b + w, or
+    f + bw when a fused backward is cheaper (a stage's fused B costs Σ bw over its layers)."""
+    return np.array([l.f + l.b + l.w if l.bw is None else min(l.f + l.b + l.w, l.f + l.bw)
+                     for l in layers], float)
+
+
+def layer_chain(layers) -> float:
+    """One microbatch's forward through every layer, its input gradient back and layer 0's W
+    (the least of split and fused where ``bw`` is set): a chain every plan contains."""
+    if not layers:
+        return 0.0
+    if all(l.bw is None for l in layers):
+        return sum(l.f + l.b for l in layers) + layers[0].w
+    l0 = layers[0]
+    first = l0.b + l0.w if l0.bw is None else min(l0.b + l0.w, l0.bw)
+    return (sum(l.f for l in layers) + first
+            + sum(l.b if l.bw is None else min(l.b, l.bw) for l in layers[1:]))
+
+
+def hold_area(costs: StageCosts, to_backward: np.ndarray) -> np.ndarray:
+    """Per stage, the least activation × time one microbatch holds: ``to_backward[s]`` is the
+    least time from its F's start to its own backward's start; then ``act`` until I's end and
+    ``act_w`` until W's end (split), or ``act`` until B's end (fused), whichever is less.
+    Without ``bw`` and ``act_w``: act · (to_backward + b + w)."""
+    act_w = costs.act if costs.act_w is None else costs.act_w
+    split = costs.act * (to_backward + costs.b) + act_w * costs.w
+    fused = costs.act * (to_backward + fused_backward(costs))
     return np.minimum(split, fused)
 
 

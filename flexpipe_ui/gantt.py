@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .costmodel import fits
 from .problem import StageCosts
 from .timeline import Metrics, Timeline, compute_metrics, memory_events
 
@@ -93,7 +94,7 @@ def gantt_title(metrics: Metrics | None, title: str | None = None, baseline: Any
             peak = f"peak mem {fmt_num(metrics.max_peak_memory)}"
             if memory_limit is not None:
                 peak += f" / cap {fmt_num(memory_limit)}"
-                if metrics.max_peak_memory > memory_limit + 1e-9:
+                if not fits(metrics.max_peak_memory, memory_limit):
                     peak += " (OVER)"
             parts.append(peak)
         base = baseline_makespan(baseline)
@@ -212,7 +213,7 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         line_cls = go.Scattergl if webgl else go.Scatter   # 16 SVG panels of ~1.5k steps cost ~1 s
         for r, (times, vals) in enumerate(curves):
             x, y = _step_xy(times, vals, tl.makespan)
-            over = memory_limit is not None and float(vals.max()) > memory_limit + 1e-9
+            over = not fits(float(vals.max()), memory_limit)
             fig.add_trace(line_cls(
                 x=x, y=y, mode="lines", line=dict(shape="hv", width=1.2,
                                                   color="#d62728" if over else "#444"),

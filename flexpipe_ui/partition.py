@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .costmodel import fits, fits_mask
 from .problem import Problem
 
 __all__ = ["PartitionError", "balanced_partition", "refine_for_ranks", "default_inflight",
@@ -144,7 +145,7 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
         key = None if caps is None else caps.tobytes()
         feas = masks.get(key)
         if feas is None:
-            feas = masks[key] = base if caps is None else base & (seg_mem <= caps[:, None, None] + _EPS)
+            feas = masks[key] = base if caps is None else base & fits_mask(seg_mem, caps[:, None, None])
         c = cost if weights is None else cost / weights[:, None, None]
         first = _dp(c, feas, num_stages, None)
         if first is None:
@@ -227,19 +228,19 @@ def _solve_with_rank_caps(solve, problem: Problem, placement, infl, limit: float
             break
         sm = stage_memory(problem, part, infl)
         rm = np.bincount(place, weights=sm, minlength=problem.ranks)
-        over = rm > limit + _EPS
+        over = ~fits_mask(rm, limit)
         if not over.any():
             return part
         shrink = over[place]
         caps[shrink] = np.minimum(caps[shrink], sm[shrink] * limit / rm[place][shrink] - _EPS)
     per_rank = np.bincount(place, minlength=problem.ranks)
     part = solve(np.array([limit / per_rank[r] for r in placement], float))
-    if part is not None and max(rank_memory(problem, part, placement, infl)) <= limit + _EPS:
+    if part is not None and fits(max(rank_memory(problem, part, placement, infl)), limit):
         return part
     # local repair: move boundaries to remove the overflow first, from the work-balanced split
     start = solve(None)
     part = refine_for_ranks(problem, start, placement, inflight=infl, memory_limit=limit, max_moves=2000)
-    if max(rank_memory(problem, part, placement, infl)) <= limit + _EPS:
+    if fits(max(rank_memory(problem, part, placement, infl)), limit):
         return part
     return None
 

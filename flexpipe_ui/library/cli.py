@@ -43,6 +43,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError("give -o PLAN.json to write the plan")
     from ..planfile import save_plan
     from ..problem import load_problem
+    from ..costmodel import fits
     from ..sim import simulate
     from ..validate import validate
     from . import NAMED
@@ -79,7 +80,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"wrote {args.output}: {plan.meta.get('name')} — {s.ranks} ranks, {s.num_stages} stages, "
           f"{s.microbatches} microbatches, {s.num_actions} actions; makespan {m.makespan:.6g}, "
           f"bubble {m.bubble:.1%}, peak memory {max(m.peak_memory):.6g}")
-    if problem is not None and problem.memory_limit is not None and max(m.peak_memory) > problem.memory_limit + 1e-9:
+    if problem is not None and not fits(max(m.peak_memory), problem.memory_limit):
         print(f"flexpipe plan: warning: peak memory {max(m.peak_memory):.6g} exceeds the problem's "
               f"memory_limit {problem.memory_limit:g}", file=sys.stderr)
     return 0

@@ -38,6 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..costmodel import (backward_time, first_backward, hold_area, hop_latency, hops_latency,
+                         layer_chain, layer_work, stage_work)
 from ..problem import Problem, StageCosts
 
 __all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
@@ -77,19 +79,25 @@ def time_bounds(costs: StageCosts, placement: Sequence[int], ranks: int, microba
     (e.g. recompute re-running F)."""
     place = np.asarray(placement)
     S = len(place)
-    per_mb = costs.f + costs.b + costs.w
+    per_mb = stage_work(costs)[2]
     if extra_work is not None:
         per_mb = per_mb + extra_work
     busy = np.bincount(place, weights=per_mb * microbatches, minlength=ranks)
     cross = np.r_[0, (place[1:] != place[:-1]).astype(int)]
     # arrival of microbatch 0's input at stage s: forwards of stages < s plus crossings up to s
-    arrive = np.r_[0.0, np.cumsum(costs.f)[:-1]] + costs.comm * np.cumsum(cross)
+    arrive = np.r_[0.0, np.cumsum(costs.f)[:-1]] + hops_latency(costs, cross)
     head = np.full(ranks, np.inf)
     np.minimum.at(head, place, arrive)
     head[~np.isfinite(head)] = 0.0
     work = float((busy + head).max()) if S else 0.0
     hops = int(cross.sum())
-    chain = float(costs.f.sum() + costs.b.sum() + costs.w[0] + 2 * costs.comm * hops) if S else 0.0
+    if not S:
+        chain = 0.0
+    elif _plain(costs):
+        chain = float(costs.f.sum() + costs.b.sum() + costs.w[0] + 2 * costs.comm * hops)
+    else:  # the least backward per stage (fused or split), messages by size
+        chain = float(costs.f.sum() + backward_time(costs)[1:].sum() + first_backward(costs)
+                      + 2 * hops_latency(costs, cross)[-1])
     static = np.bincount(place, weights=costs.mem, minlength=ranks)
     big = np.zeros(ranks)
     np.maximum.at(big, place, costs.act)
@@ -104,14 +112,20 @@ def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatche
     S = len(place)
     # microbatch 0 reaches the end of the forward at ``top``; its input gradient then needs the
     # I (or B) of every later stage and a transfer on every crossing back down to s
-    top = float(costs.f.sum() + costs.comm * cross.sum())
     up = np.r_[cross[1:], 0.0]  # crossing from s to s + 1
-    back = np.r_[np.cumsum(costs.b[::-1])[::-1][1:], 0.0] + costs.comm * np.cumsum(up[::-1])[::-1]
-    fwork = costs.f * microbatches
+    fwd, bwd, _ = stage_work(costs)
+    if _plain(costs):
+        top = float(costs.f.sum() + costs.comm * cross.sum())
+        back = np.r_[np.cumsum(costs.b[::-1])[::-1][1:], 0.0] + costs.comm * np.cumsum(up[::-1])[::-1]
+    else:
+        lat = up * hop_latency(costs, np.arange(S))
+        top = float(costs.f.sum() + lat.sum())
+        back = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0] + np.cumsum(lat[::-1])[::-1]
+    fwork = fwd * microbatches
     if extra_work is not None:
         fwork = fwork + np.asarray(extra_work, float) * microbatches  # recompute: released with F
     rel = np.r_[arrive, top + back]
-    size = np.r_[fwork, (costs.b + costs.w) * microbatches]
+    size = np.r_[fwork, bwd * microbatches]
     rank = np.r_[place, place]
     order = np.lexsort((rel, rank))
     rel, size, rank = rel[order], size[order], rank[order]
@@ -123,13 +137,18 @@ def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatche
     return float((rel + suffix - after[rank]).max())
 
 
+def _plain(costs: StageCosts) -> bool:
+    """No optional term that changes a bound (then the bounds are computed as they always were)."""
+    return costs.bw is None and costs.overhead is None and (costs.bandwidth is None or costs.out is None)
+
+
 def memory_floor(costs: StageCosts, placement: Sequence[int], ranks: int) -> float:
     return time_bounds(costs, placement, ranks, 1).memory
 
 
 def ideal_makespan(problem: Problem) -> float:
     """Σ work / ranks: every rank busy all the time (the benchmark's reference)."""
-    total = sum(l.f + l.b + l.w for l in problem.layers) * problem.microbatches
+    total = sum(layer_work(problem.layers)) * problem.microbatches
     return total / problem.ranks
 
 
@@ -140,7 +159,7 @@ def packing_makespan(problem: Problem) -> float:
     Bin-packing pigeonhole: among the ``k·p + 1`` heaviest layers some rank holds ``k + 1``, so a
     rank carries at least the sum of the ``k + 1`` lightest of them; also Σ work / p.
     """
-    work = sorted((l.f + l.b + l.w for l in problem.layers), reverse=True)
+    work = sorted(layer_work(problem.layers).tolist(), reverse=True)
     p, L = problem.ranks, len(work)
     best = sum(work) / p
     k = 0
@@ -185,7 +204,7 @@ def fill_packing_makespan(problem: Problem) -> float:
     24 + 7 / 4 (every rank holds 4 layers, the last starts at 7 / 4); no plan does better, and
     ``auto`` reaches it (tests/test_plan_bound.py).
     """
-    u = np.array([(l.f + l.b + l.w) * problem.microbatches for l in problem.layers], float)
+    u = layer_work(problem.layers) * problem.microbatches
     off = fill_offsets(problem)
     fin = off[np.isfinite(off)]
     if not len(u) or u.sum() <= 0:
@@ -212,9 +231,7 @@ def fill_packing_makespan(problem: Problem) -> float:
 def chain_makespan(problem: Problem) -> float:
     """One microbatch's forward through every layer, its input-gradient back and layer 0's W:
     a bound for any plan (comm left out: a plan's crossings are not known here)."""
-    if not problem.layers:
-        return 0.0
-    return sum(l.f + l.b for l in problem.layers) + problem.layers[0].w
+    return layer_chain(problem.layers)
 
 
 def plan_bound(problem: Problem) -> float:
@@ -244,8 +261,13 @@ def memory_time_bound(costs: StageCosts, placement: Sequence[int], ranks: int, m
     tail_f = np.cumsum(costs.f[::-1])[::-1]
     tail_b = np.cumsum(costs.b[::-1])[::-1]
     tail_x = np.cumsum(cross[::-1])[::-1]
-    trip = tail_f + tail_b + costs.w + 2.0 * costs.comm * tail_x
-    area = costs.act * trip * microbatches
+    if _plain(costs) and costs.act_w is None:
+        trip = tail_f + tail_b + costs.w + 2.0 * costs.comm * tail_x
+        area = costs.act * trip * microbatches
+    else:  # later stages' least backward; own backward fused or split, act_w after I
+        lat = cross * hop_latency(costs, np.arange(S))
+        tail_bt = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0]
+        area = hold_area(costs, tail_f + tail_bt + 2.0 * np.cumsum(lat[::-1])[::-1]) * microbatches
     if isinstance(recomputed, str):
         if recomputed == "all":
             return 0.0

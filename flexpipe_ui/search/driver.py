@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..costmodel import fits
 from ..ir import Plan
 from ..partition import PartitionError, balanced_partition, rank_loads
 from ..problem import Problem, ProblemError
@@ -211,7 +212,7 @@ class _Search:
         limit = self.problem.memory_limit
         if c.bounds.memory < self.min_memory[0]:
             self.min_memory = (c.bounds.memory, c.description)
-        if limit is not None and c.bounds.memory > limit * (1 + 1e-9):
+        if not fits(c.bounds.memory, limit):
             self.pruned += 1
             return None
         bar = self.threshold

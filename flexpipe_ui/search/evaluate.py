@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..costmodel import fits
 from ..ir import Plan
 from ..problem import Problem
 from ..sim import SimResult, simulate
@@ -19,11 +20,9 @@ from ..timeline import Timeline, memory_events
 
 __all__ = ["Scored", "evaluate", "stage_inflight", "fits_memory"]
 
-_REL = 1e-9
-
-
 def fits_memory(peak: float, limit: float | None) -> bool:
-    return limit is None or peak <= limit * (1 + _REL) + 1e-12
+    """``costmodel.fits`` (kept under this name for the search's callers)."""
+    return fits(peak, limit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +94,7 @@ def stage_inflight(result: SimResult) -> np.ndarray:
     by_stage = Timeline(S, tl.actions, stage, tl.start, tl.end, tl.source, None)
     costs = result.costs
     from dataclasses import replace
-    unit = replace(costs, act=np.ones(S))
+    unit = replace(costs, act=np.ones(S), act_w=None)
     r, _, d = memory_events(by_stage, unit)
     out = np.zeros(S)
     if len(r):

@@ -6,13 +6,15 @@ best order is a small job-shop problem, and OR-Tools' CP-SAT solver (``pip insta
 ``exact`` extra) solves it, or improves it within a time limit and proves how far from optimal
 the result can be. ``available()`` says whether it is installed; nothing else here needs it.
 
-The model is DESIGN.md's contract 4, nothing looser: one interval per action with its duration;
-the actions of one lane (a rank's compute stream, or a copy stream) never overlap; every
-dependency edge of ``graph.compile_schedule`` (so user kinds' specs too) with ``comm`` when it
-crosses ranks; microbatches of one (stage, kind) in order (every published schedule and ours keep
+The model is the cost model's (``costmodel``), nothing looser: one interval per action with its
+duration (overheads and ``comm_cpu`` occupancy included); the actions of one lane (a rank's compute
+stream, or a copy stream) never overlap; every dependency edge of ``graph.compile_schedule`` (so
+user kinds' specs too) with its latency when it crosses ranks (``comm``, plus message size over
+``bandwidth``); microbatches of one (stage, kind) in order (every published schedule and ours keep
 it; it removes symmetric solutions); under a memory cap, each (stage, microbatch)'s activation is
-held from its F's start to its W's or B's end, and a rank's held activations plus its static memory
-stay within the cap (plans with other memory-changing kinds are left as they are). Times and memory
+held from its F's start to the end of the actions that free it (W or B; with ``act_w`` partly I),
+and a rank's held activations plus its static memory stay within the cap (plans with other
+memory-changing kinds are left as they are). Times and memory
 are scaled to integers; the solver's order is then timed by ``sim.simulate`` (the one simulator),
 and returned only if it is faster there and fits the cap.
 """
@@ -23,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel import action_durations, fits, stage_memory
 from ..graph import compile_schedule
 from ..ir import Plan
 from ..problem import Problem
-from ..sim import duration_table, simulate
+from ..sim import simulate
 
 __all__ = ["available", "ExactResult", "polish", "EXACT_MAX_ACTIONS"]
 
@@ -94,12 +97,12 @@ def polish(plan: Plan, problem: Problem, *, time_limit: float = 2.0, seed: int =
     if g.missing:
         return ExactResult(None, base.makespan, 0.0, "plan has missing dependencies", 0.0)
     costs = base.costs
-    dur = duration_table(tuple(g.kinds), costs)[g.kind, g.stage]
+    dur, lat = action_durations(g, costs)
     # durations, latency and memory demands rounded down: every real schedule maps onto a feasible
     # integer one, so the solver's bound is a true lower bound; its order is re-timed exactly below
     scale = _TIME_UNITS / max(base.makespan, 1e-300)
     idur = np.maximum(np.floor(dur * scale), 0).astype(np.int64)
-    icomm = int(math.floor(costs.comm * scale)) if costs.comm > 0 else 0
+    icomm = np.maximum(np.floor(lat * scale), 0).astype(np.int64)  # per dependency edge
     chains = _mb_chains(g)
     hint = _integer_asap(g, idur, icomm, chains)  # the plan's own order, in the model's integers
     deadline = t0 + max(0.05, float(time_limit))
@@ -118,8 +121,7 @@ def polish(plan: Plan, problem: Problem, *, time_limit: float = 2.0, seed: int =
         bound = max(bound, lb / scale)
         new = _reordered(plan, g, starts)
         res = simulate(new, problem)
-        over = set() if limit is None else {r for r, pk in enumerate(res.metrics.peak_memory)
-                                            if pk > limit * (1 + 1e-9)}
+        over = {r for r, pk in enumerate(res.metrics.peak_memory) if not fits(pk, limit)}
         if not over:
             if res.makespan < best_span * (1 - 1e-9):
                 best_plan, best_span = new, res.makespan
@@ -157,8 +159,8 @@ def _solve(g, idur, icomm, chains, hint, costs, limit, mem_ranks, seconds, seed,
         lanes.setdefault(int(g.lane[i]), []).append(m.NewFixedSizeIntervalVar(start[i], int(idur[i]), ""))
     for group in lanes.values():
         m.AddNoOverlap(group)
-    for a, b in zip(g.src.tolist(), g.dst.tolist()):
-        m.Add(start[b] >= end[a] + (icomm if g.rank[a] != g.rank[b] else 0))
+    for a, b, lag in zip(g.src.tolist(), g.dst.tolist(), icomm.tolist()):
+        m.Add(start[b] >= end[a] + lag)
     for a, b in chains:
         m.Add(start[b] >= end[a])
     if limit is not None and mem_ranks:
@@ -185,7 +187,7 @@ def _solve(g, idur, icomm, chains, hint, costs, limit, mem_ranks, seconds, seed,
             float(solver.BestObjectiveBound()))
 
 
-def _integer_asap(g, idur: np.ndarray, icomm: int, chains) -> np.ndarray:
+def _integer_asap(g, idur: np.ndarray, icomm: np.ndarray, chains) -> np.ndarray:
     """Earliest integer starts of the plan's order (lane order + dependencies + chains)."""
     n = g.n
     succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -195,8 +197,8 @@ def _integer_asap(g, idur: np.ndarray, icomm: int, chains) -> np.ndarray:
         succ[a].append((b, lag))
         indeg[b] += 1
 
-    for a, b in zip(g.src.tolist(), g.dst.tolist()):
-        edge(a, b, icomm if g.rank[a] != g.rank[b] else 0)
+    for a, b, lag in zip(g.src.tolist(), g.dst.tolist(), icomm.tolist()):
+        edge(a, b, lag)
     for a, b in chains:
         edge(a, b, 0)
     order = np.lexsort((g.lane_pos, g.lane))
@@ -218,9 +220,10 @@ def _integer_asap(g, idur: np.ndarray, icomm: int, chains) -> np.ndarray:
 
 
 def _memory(m, g, start, end, costs, limit: float, horizon: int, ranks_to_cap) -> None:
-    """On ``ranks_to_cap``: static + Σ held activations <= limit (held from F's start to W's or B's
-    end). Demands are rounded down (a relaxation, so the bound stays valid); the order found is
-    re-checked by the simulator."""
+    """On ``ranks_to_cap``: static + Σ held activations <= limit; each (stage, microbatch) holds
+    what its F allocates from F's start until the end of each action that frees part of it
+    (``costmodel.stage_memory``: W or B; with ``act_w`` also I). Demands are rounded down (a
+    relaxation, so the bound stays valid); the order found is re-checked by the simulator."""
     kname = [k.name for k in g.kinds]
     holder: dict[tuple[int, int], dict[str, int]] = {}
     for i in range(g.n):
@@ -230,25 +233,29 @@ def _memory(m, g, start, end, costs, limit: float, horizon: int, ranks_to_cap) -
     place = g.schedule.placement
     for s, r in enumerate(place):
         static[r] += costs.mem[s]
+    kps = [[] for _ in place]
+    for (s, _), acts in holder.items():
+        for k in acts:
+            if k not in kps[s]:
+                kps[s].append(k)
+    effects = stage_memory(kps, costs)
     per_rank: dict[int, tuple[list, list]] = {}
     for (s, mb), acts in holder.items():
         f = acts.get("F")
-        free = acts.get("W", acts.get("B"))
-        if f is None or free is None or costs.act[s] <= 0:
-            continue
         r = place[s]
-        if r not in ranks_to_cap:
+        if f is None or r not in ranks_to_cap or limit - static[r] <= 0:
             continue
         room = limit - static[r]
-        if room <= 0:
-            continue
-        size = m.NewIntVar(0, horizon, "")
-        m.Add(size == end[free] - start[f])
-        iv = m.NewIntervalVar(start[f], size, end[free], "")
-        demand = int(math.floor(costs.act[s] / room * _MEM_UNITS))
-        per_rank.setdefault(r, ([], []))
-        per_rank[r][0].append(iv)
-        per_rank[r][1].append(demand)
+        for k, i in acts.items():
+            freed = -effects[s][k][1]
+            if k == "F" or freed <= 0:
+                continue
+            size = m.NewIntVar(0, horizon, "")
+            m.Add(size == end[i] - start[f])
+            iv = m.NewIntervalVar(start[f], size, end[i], "")
+            per_rank.setdefault(r, ([], []))
+            per_rank[r][0].append(iv)
+            per_rank[r][1].append(int(math.floor(freed / room * _MEM_UNITS)))
     for r, (ivs, dem) in per_rank.items():
         m.AddCumulative(ivs, dem, _MEM_UNITS)
 

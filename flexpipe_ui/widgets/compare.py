@@ -17,6 +17,7 @@ import traitlets
 
 from ._panel import PanelBase
 
+from ..costmodel import fits
 from ..ir import Plan, Schedule
 from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, simulate
@@ -107,7 +108,7 @@ def comparison_table(entries: Sequence[Entry], baseline: int = 0,
                     style += ";background:#d8f5d0;font-weight:bold"
                 elif (v > arr[baseline, j] + 1e-9) if lb else (v < arr[baseline, j] - 1e-9):
                     style += ";color:#c00"
-            if memory_limit is not None and 3 <= j < 4 + R and np.isfinite(v) and v > memory_limit + 1e-9:
+            if 3 <= j < 4 + R and np.isfinite(v) and not fits(v, memory_limit):
                 style += ";outline:2px solid #c00"
             txt = ("" if not np.isfinite(v) else f"{v:.1%}" if j == 1 else f"{v:.3f}×" if j == 2
                    else f"{int(v)}" if j == len(cols) - 1 else fmt_num(v))

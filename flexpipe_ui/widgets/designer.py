@@ -21,6 +21,7 @@ import traitlets
 
 from ._panel import PanelBase
 
+from ..costmodel import fits
 from ..ir import Plan, Schedule
 from ..planfile import load_plan, plan_from_dict, plan_to_dict, save_plan
 from ..problem import Problem, StageCosts
@@ -429,7 +430,7 @@ class Designer(PanelBase, traitlets.HasTraits):
                  f"makespan <b>{fmt_num(m.makespan)}</b>", f"bubble <b>{m.bubble:.1%}</b>"]
         peak = f"peak memory <b>{fmt_num(m.max_peak_memory)}</b>"
         if self.memory_limit is not None:
-            over = m.max_peak_memory > self.memory_limit + 1e-9
+            over = not fits(m.max_peak_memory, self.memory_limit)
             peak += f" / cap {fmt_num(self.memory_limit)}" + (" <b style='color:#c00'>OVER</b>" if over else "")
         parts.append(peak)
         base = baseline_makespan(self._baseline)
