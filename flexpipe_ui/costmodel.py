@@ -39,7 +39,8 @@ __all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edg
            "action_durations", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
-           "layer_work", "layer_chain", "hold_area"]
+           "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
+           "least_hold", "plain_times"]
 
 FIT_TOL = 1e-9
 """Relative tolerance (absolute below 1) of "peak fits the cap": float sums of activations may
@@ -263,11 +264,46 @@ def layer_chain(layers) -> float:
             + sum(l.b if l.bw is None else min(l.b, l.bw) for l in layers[1:]))
 
 
-def hold_area(costs: StageCosts, to_backward: np.ndarray) -> np.ndarray:
-    """Per stage, the least activation × time one microbatch holds: ``to_backward[s]`` is the
-    least time from its F's start to its own backward's start; then ``act`` until I's end and
-    ``act_w`` until W's end (split), or ``act`` until B's end (fused), whichever is less.
-    Without ``bw`` and ``act_w``: act · (to_backward + b + w)."""
+def return_latency(costs: StageCosts, up) -> np.ndarray:
+    """Cumulative latency of the crossings ``up[s]`` (1 where stage s → s + 1 crosses ranks) from
+    stage s to the last: what a gradient pays in messages coming back down to s."""
+    up = np.asarray(up, float)
+    if costs.bandwidth is None or costs.out is None:
+        return costs.comm * np.cumsum(up[::-1])[::-1]
+    lat = up * hop_latency(costs, np.arange(len(up)))
+    return np.cumsum(lat[::-1])[::-1]
+
+
+def least_message(problem) -> float:
+    """The least a message between two ranks can cost in any plan (``comm``, plus the smallest
+    layer output that can cross over the bandwidth)."""
+    if problem.bandwidth is None or all(l.out is None for l in problem.layers[:-1]):
+        return problem.comm
+    return problem.comm + min(l.out or 0.0 for l in problem.layers[:-1]) / problem.bandwidth
+
+
+def least_hold(costs: StageCosts) -> np.ndarray:
+    """Per stage, the activation one microbatch holds at its F's end (whatever the backward)."""
+    return costs.act
+
+
+def plain_times(costs: StageCosts) -> bool:
+    """True when no optional term changes an action's time or a message's latency."""
+    return costs.bw is None and costs.overhead is None and (costs.bandwidth is None or costs.out is None)
+
+
+def hold_area(costs: StageCosts, cross) -> np.ndarray:
+    """Per stage, the least activation × time one microbatch holds on a placement whose rank
+    crossings are ``cross[s]`` (s → s + 1): from its F's start through the forward of the later
+    stages, their input-gradient backwards and the messages both ways, then ``act`` until I's end
+    and ``act_w`` until W's end (split), or ``act`` until B's end (fused), whichever is less."""
+    cross = np.asarray(cross, float)
+    tail_f = np.cumsum(costs.f[::-1])[::-1]
+    if plain_times(costs) and costs.act_w is None:  # act · (F(s..) + I(s..) + W(s) + messages)
+        tail_b = np.cumsum(costs.b[::-1])[::-1]
+        return costs.act * (tail_f + tail_b + costs.w + 2.0 * return_latency(costs, cross))
+    tail_bt = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0]
+    to_backward = tail_f + tail_bt + 2.0 * return_latency(costs, cross)
     act_w = costs.act if costs.act_w is None else costs.act_w
     split = costs.act * (to_backward + costs.b) + act_w * costs.w
     fused = costs.act * (to_backward + fused_backward(costs))

@@ -38,8 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..costmodel import (backward_time, first_backward, hold_area, hop_latency, hops_latency,
-                         layer_chain, layer_work, stage_work)
+from ..costmodel import (backward_time, first_backward, hold_area, hops_latency, layer_chain,
+                         layer_work, least_hold, least_message, plain_times, return_latency,
+                         stage_work)
 from ..problem import Problem, StageCosts
 
 __all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
@@ -93,14 +94,14 @@ def time_bounds(costs: StageCosts, placement: Sequence[int], ranks: int, microba
     hops = int(cross.sum())
     if not S:
         chain = 0.0
-    elif _plain(costs):
-        chain = float(costs.f.sum() + costs.b.sum() + costs.w[0] + 2 * costs.comm * hops)
+    elif plain_times(costs):
+        chain = float(costs.f.sum() + costs.b.sum() + costs.w[0] + 2 * hops_latency(costs, cross)[-1])
     else:  # the least backward per stage (fused or split), messages by size
         chain = float(costs.f.sum() + backward_time(costs)[1:].sum() + first_backward(costs)
                       + 2 * hops_latency(costs, cross)[-1])
     static = np.bincount(place, weights=costs.mem, minlength=ranks)
     big = np.zeros(ranks)
-    np.maximum.at(big, place, costs.act)
+    np.maximum.at(big, place, least_hold(costs))
     release = _release_bound(costs, place, ranks, microbatches, arrive, cross, extra_work) if S else 0.0
     return Bounds(work=work, chain=chain, release=release, memory=float((static + big).max()))
 
@@ -114,13 +115,8 @@ def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatche
     # I (or B) of every later stage and a transfer on every crossing back down to s
     up = np.r_[cross[1:], 0.0]  # crossing from s to s + 1
     fwd, bwd, _ = stage_work(costs)
-    if _plain(costs):
-        top = float(costs.f.sum() + costs.comm * cross.sum())
-        back = np.r_[np.cumsum(costs.b[::-1])[::-1][1:], 0.0] + costs.comm * np.cumsum(up[::-1])[::-1]
-    else:
-        lat = up * hop_latency(costs, np.arange(S))
-        top = float(costs.f.sum() + lat.sum())
-        back = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0] + np.cumsum(lat[::-1])[::-1]
+    top = float(costs.f.sum() + hops_latency(costs, cross)[-1])
+    back = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0] + return_latency(costs, up)
     fwork = fwd * microbatches
     if extra_work is not None:
         fwork = fwork + np.asarray(extra_work, float) * microbatches  # recompute: released with F
@@ -135,11 +131,6 @@ def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatche
     after[:ranks] = np.cumsum(np.bincount(rank, weights=size, minlength=ranks)[::-1])[::-1] - \
         np.bincount(rank, weights=size, minlength=ranks)
     return float((rel + suffix - after[rank]).max())
-
-
-def _plain(costs: StageCosts) -> bool:
-    """No optional term that changes a bound (then the bounds are computed as they always were)."""
-    return costs.bw is None and costs.overhead is None and (costs.bandwidth is None or costs.out is None)
 
 
 def memory_floor(costs: StageCosts, placement: Sequence[int], ranks: int) -> float:
@@ -183,7 +174,7 @@ def fill_offsets(problem: Problem) -> np.ndarray:
     pre = np.r_[0.0, np.cumsum(f)]
     out = np.full(problem.ranks, np.inf)
     ok = k < len(f)
-    out[ok] = pre[k[ok]] + problem.comm * k[ok]
+    out[ok] = pre[k[ok]] + least_message(problem) * k[ok]
     return out
 
 
@@ -258,16 +249,7 @@ def memory_time_bound(costs: StageCosts, placement: Sequence[int], ranks: int, m
     if S == 0:
         return 0.0
     cross = np.r_[(place[1:] != place[:-1]).astype(float), 0.0]  # crossing from s to s + 1
-    tail_f = np.cumsum(costs.f[::-1])[::-1]
-    tail_b = np.cumsum(costs.b[::-1])[::-1]
-    tail_x = np.cumsum(cross[::-1])[::-1]
-    if _plain(costs) and costs.act_w is None:
-        trip = tail_f + tail_b + costs.w + 2.0 * costs.comm * tail_x
-        area = costs.act * trip * microbatches
-    else:  # later stages' least backward; own backward fused or split, act_w after I
-        lat = cross * hop_latency(costs, np.arange(S))
-        tail_bt = np.r_[np.cumsum(backward_time(costs)[::-1])[::-1][1:], 0.0]
-        area = hold_area(costs, tail_f + tail_bt + 2.0 * np.cumsum(lat[::-1])[::-1]) * microbatches
+    area = hold_area(costs, cross) * microbatches
     if isinstance(recomputed, str):
         if recomputed == "all":
             return 0.0
