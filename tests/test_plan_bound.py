@@ -1,6 +1,7 @@
 """The plan-independent bound (``search.plan_bound``): below every plan, and exact where it can be
 (equal layers, no comm: auto reaches it, so no plan beats auto there)."""
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -47,12 +48,25 @@ def test_offsets_count_the_forward_and_the_crossings():
     assert fill_offsets(short)[2:].tolist() == [float("inf")] * 2  # ranks 2, 3 can hold nothing
 
 
-def test_the_bound_is_below_every_plan():
-    """Random costs, comm and microbatch counts: library seeds, DSL programs on the search's splits,
-    random explicit placements and auto's plan all simulate to at least the bound."""
+def _with_terms(rng, problem):
+    """Random optional cost-model fields: message sizes and bandwidth, per-action overhead, CPU
+    copies, a fused backward cheaper than b + w, part of the activation freed at I."""
+    layers = tuple(replace(l, out=rng.uniform(0.0, 3.0), bw=rng.uniform(0.3, 1.0) * (l.b + l.w),
+                           act_w=rng.uniform(0.0, 1.0) * l.act) for l in problem.layers)
+    return replace(problem, layers=layers, bandwidth=rng.uniform(0.5, 8.0), comm_cpu=rng.choice([0.0, 0.5]),
+                   overhead=rng.choice([0.0, 0.25, {"F": 0.1, "I": 0.3, "W": 0.05, "B": 0.2}]))
+
+
+@pytest.mark.parametrize("terms", [False, True])
+def test_the_bound_is_below_every_plan(terms):
+    """Random costs, comm and microbatch counts (and, with ``terms``, random new cost-model fields):
+    library seeds, DSL programs on the search's splits, random explicit placements and auto's plan
+    all simulate to at least the bound."""
     rng = random.Random(7)
-    for trial in range(10):
+    for trial in range(10 if not terms else 6):
         problem = _random_problem(rng, rng.choice([2, 3, 4]))
+        if terms:
+            problem = _with_terms(rng, problem)
         bound = plan_bound(problem)
         assert bound >= ideal_makespan(problem) and bound >= chain_makespan(problem)
         plans = []

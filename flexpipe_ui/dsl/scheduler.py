@@ -161,7 +161,7 @@ class _State:
     mem: list
     reserved: list
     pending: list        # per rank: heap of (time, memory freed) on another stream
-    out: list            # per rank: (start, lane, group * M + microbatch)
+    ran: list            # per rank: (start, lane, group * M + microbatch) of what ran
     forced: dict = field(default_factory=dict)   # lane → the only group it may run next (eager W)
     heap: list = field(default_factory=list)
 
@@ -294,7 +294,7 @@ def _initial_state(P: _Plan) -> _State:
         ready=[0.0] * (n * M), head=[0] * n, free=[0.0] * P.n_lanes, version=[0] * P.n_lanes,
         cached=[None] * P.n_lanes, cached_g=[-1] * P.n_lanes, fwd_left=fwd_left,
         inflight=[0] * R, warm=[0] * R, mem=P.static[:], reserved=[0.0] * R,
-        pending=[[] for _ in range(R)], out=[[] for _ in range(R)])
+        pending=[[] for _ in range(R)], ran=[[] for _ in range(R)])
 
 
 def _admissible(P: _Plan, st: _State, g: int) -> bool:
@@ -410,7 +410,7 @@ def _start(P: _Plan, st: _State, g: int, t: float, L: int) -> set:
     st.head[g] = m + 1
     end = t + P.dur[g]
     st.free[L] = end
-    st.out[r].append((t, L, g * M + m))
+    st.ran[r].append((t, L, g * M + m))
     dirty = {L}
     _rank_counters(P, st, g, r, dirty)
     d = P.net[g]
@@ -493,7 +493,7 @@ def _orders(P: _Plan, st: _State, placement) -> Schedule:
     M = P.M
     order, starts = [], []
     for r in range(P.ranks):
-        row = st.out[r]
+        row = st.ran[r]
         if len(P.lanes_of_rank[r]) > 1:
             row.sort(key=lambda x: (x[0], x[1]))
         seq = []
