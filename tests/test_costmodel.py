@@ -196,8 +196,8 @@ def test_field_errors_name_the_field(tmp_path, change, match):
 
 # ---------------------------------------------------------------- one place
 
-_CALLERS = ("flexpipe_ui/sim.py", "flexpipe_ui/dsl/scheduler.py", "flexpipe_ui/search/exact.py",
-            "flexpipe_ui/search/bounds.py")
+_CALLERS = ("flexpipe_ui/sim.py", "flexpipe_ui/dsl/scheduler.py", "flexpipe_ui/dsl/actor_plan.py",
+            "flexpipe_ui/search/exact.py", "flexpipe_ui/search/bounds.py")
 
 
 @pytest.mark.parametrize("path", _CALLERS)
