@@ -133,11 +133,12 @@ def action_durations(g, costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
 def kind_memory_units(kinds_per_stage: Sequence[Sequence[str]]) -> list[dict[str, tuple[float, float]]]:
     """Per stage, kind name → (mem_start, mem_end) in units of the stage's activation, with the
     ``adjust`` of the other kinds on that stage applied (recompute makes F free at its end)."""
+    spec = {k: get_kind(k) for k in {k for ks in kinds_per_stage for k in ks}}
     out = []
     for ks in kinds_per_stage:
-        eff = {k: [get_kind(k).mem_start, get_kind(k).mem_end] for k in ks}
+        eff = {k: [spec[k].mem_start, spec[k].mem_end] for k in ks}
         for k in ks:
-            for target, (ds, de) in get_kind(k).adjust.items():
+            for target, (ds, de) in spec[k].adjust.items():
                 if target in eff:
                     eff[target][0] += ds
                     eff[target][1] += de
@@ -161,14 +162,15 @@ def stage_memory(kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts
                  ) -> list[dict[str, tuple[float, float]]]:
     """Per stage, kind name → (MiB allocated at start, MiB changed at end) of one microbatch."""
     units = kind_memory_units(kinds_per_stage)
+    if costs.act_w is None:
+        return [{k: (float(costs.act[s]) * ms, float(costs.act[s]) * me) for k, (ms, me) in eff.items()}
+                for s, eff in enumerate(units)]
+    release = {k: _split_release(get_kind(k)) for eff in units for k in eff}
     out = []
     for s, eff in enumerate(units):
         act = float(costs.act[s])
-        early = 0.0 if costs.act_w is None else act - float(costs.act_w[s])
-        row = {}
-        for k, (ms, me) in eff.items():
-            row[k] = (act * ms, act * me - early * _split_release(get_kind(k)))
-        out.append(row)
+        early = act - float(costs.act_w[s])
+        out.append({k: (act * ms, act * me - early * release[k]) for k, (ms, me) in eff.items()})
     return out
 
 

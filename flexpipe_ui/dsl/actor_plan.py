@@ -67,7 +67,7 @@ def memory_need(placement: Sequence[int], kinds_per_stage: Sequence[Sequence[str
     return static, hold, top
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Plan:
     """What one call knows before it starts: per group (one (stage, kind)), per rank, per lane."""
 

@@ -52,7 +52,7 @@ class RulesDeadlock(RulesError):
     """The rules left every rank waiting (only possible with unusual user kinds or overrides)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _State:
     """What changes as the actors run."""
 
@@ -113,30 +113,31 @@ def _candidates(P: _Plan, st: _State, L: int):
     T0 = st.free[L]
     f = st.forced.get(L)
     M, head, unmet, ready = P.M, st.head, st.unmet, st.ready
-    best = None
+    gate, jit, keys, mb_first = P.gate, P.jit_targets, P.key, P.mb_first  # hot loop: locals
+    best_t, best = None, None
     cand = []
     for g in ((f,) if f is not None else P.lane_groups[L]):
         m = head[g]
         if m >= M:
             continue
         i = g * M + m
-        if unmet[i] or (P.gate[g] and not _admissible(P, st, g)):
+        if unmet[i] or (gate[g] and not _admissible(P, st, g)):
             continue
         t = ready[i]
-        if P.jit_targets[g]:
+        if jit[g]:
             t = _jit_ready(P, st, g, m, t)
             if t is None:
                 continue
         if t < T0:
             t = T0
-        tr, pos = P.key[g]
-        key = (tr, m, pos) if P.mb_first[g] else (tr, pos, m)
+        tr, pos = keys[g]
+        key = (tr, m, pos) if mb_first[g] else (tr, pos, m)
         cand.append((t, key, g))
-        if best is None or (t, key, g) < best:
-            best = (t, key, g)
+        if best_t is None or t < best_t or (t == best_t and (key, g) < best):
+            best_t, best = t, (key, g)
     if best is None:
         return None, cand, -1
-    return best[0], cand, best[2]
+    return best_t, cand, best[1]
 
 
 def _jit_ready(P: _Plan, st: _State, g: int, m: int, t: float) -> float | None:
@@ -215,7 +216,8 @@ def _start(P: _Plan, st: _State, g: int, t: float, L: int) -> set:
             st.mem[r] += d
         if d < 0 or P.caps[r] is not None:
             dirty.update(P.lanes_of_rank[r])
-    st.forced.pop(L, None)
+    if st.forced:
+        st.forced.pop(L, None)
     w = P.eager_w.get(g)
     if w is not None:
         st.forced[L] = w
@@ -247,16 +249,16 @@ def _rank_counters(P: _Plan, st: _State, g: int, r: int, dirty: set) -> None:
 
 def _notify_users(P: _Plan, st: _State, g: int, m: int, end: float, dirty: set) -> None:
     """The actions waiting on (g, m): ready at ``end`` + latency; their lanes re-rank when free."""
-    M = P.M
+    M, ready, unmet = P.M, st.ready, st.unmet
     for h, wt in P.users[g]:
         j = h * M + m
         tt = end + wt
-        if tt > st.ready[j]:
-            st.ready[j] = tt
-        st.unmet[j] -= 1
-        if not st.unmet[j]:
+        if tt > ready[j]:
+            ready[j] = tt
+        unmet[j] -= 1
+        if not unmet[j]:
             dirty.add(P.lane[h])
-        elif P.jit_feeders[h] and st.unmet[j] == st.jit_left[j]:
+        elif P.jit_feeders[h] and unmet[j] == st.jit_left[j]:
             for f in P.jit_feeders[h]:
                 dirty.add(P.lane[f])
 
@@ -268,9 +270,10 @@ def _run(P: _Plan, st: _State) -> int:
         if P.lane_groups[L]:
             _push(P, st, L)
     done = 0
-    while st.heap:
-        t, L, ver = heapq.heappop(st.heap)
-        if ver != st.version[L]:
+    heap, version, pop = st.heap, st.version, heapq.heappop
+    while heap:
+        t, L, ver = pop(heap)
+        if ver != version[L]:
             continue
         g = _choose(P, st, t, L)
         if g is None:
