@@ -15,8 +15,9 @@ extra terms, each neutral when absent:
 - ``bandwidth`` with layer ``out``: a cross-rank dependency costs ``comm + out / bandwidth``, where
   the message is the output of the producing stage's last layer (F→F), and the gradient of that
   same activation going back (I/B→I/B): ``out`` of the lower of the two stages;
-- ``comm_cpu``: that fraction of each cross-rank message's cost also lengthens the action that
-  sends it and the action that receives it (CPU/gloo copies run on the ranks' own cores);
+- ``comm_cpu``: that fraction of each cross-rank message's transfer time (``out / bandwidth``)
+  also lengthens the action that sends it and the action that receives it (CPU/gloo copies run
+  on the ranks' own cores);
 - layer ``act_w``: after I only ``act_w`` of the activation stays until W; the rest
   (``act − act_w``) is freed at I's end;
 - ``dp``, ``dp_bandwidth``, layer ``grad``: with dp > 1 replicas each stage's gradient all-reduce
@@ -35,7 +36,7 @@ import numpy as np
 from .kinds import Kind, get_kind
 from .problem import StageCosts
 
-__all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency",
+__all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
            "action_durations", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
@@ -98,12 +99,21 @@ def message_size(costs: StageCosts, src_stage, dst_stage) -> np.ndarray:
     return np.asarray(costs.out, float)[np.minimum(src_stage, dst_stage)]
 
 
+def transfer_time(costs: StageCosts, src_rank, dst_rank, src_stage, dst_stage) -> np.ndarray:
+    """Time to move the bytes of dependencies src → dst: ``out / bandwidth`` across ranks, else 0
+    (and 0 without ``bandwidth`` or ``out``)."""
+    cross = np.asarray(src_rank) != np.asarray(dst_rank)
+    if costs.bandwidth is None or costs.out is None:
+        return np.zeros(cross.shape)
+    return np.where(cross, message_size(costs, src_stage, dst_stage) / costs.bandwidth, 0.0)
+
+
 def edge_latency(costs: StageCosts, src_rank, dst_rank, src_stage, dst_stage) -> np.ndarray:
     """Cost of dependencies src → dst: 0 on the same rank, else ``comm`` (+ ``out / bandwidth``)."""
     cross = np.asarray(src_rank) != np.asarray(dst_rank)
     if costs.bandwidth is None or costs.out is None:
         return np.where(cross, costs.comm, 0.0)
-    return np.where(cross, costs.comm + message_size(costs, src_stage, dst_stage) / costs.bandwidth, 0.0)
+    return np.where(cross, costs.comm + transfer_time(costs, src_rank, dst_rank, src_stage, dst_stage), 0.0)
 
 
 def hop_latency(costs: StageCosts, stage) -> np.ndarray:
@@ -118,12 +128,13 @@ def action_durations(g, costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
     """(duration per action, latency per dependency edge) of a compiled graph (``graph.Graph``).
 
     With ``comm_cpu`` the sending and the receiving action of each cross-rank edge are lengthened
-    by that fraction of the edge's latency."""
+    by that fraction of the message's transfer time (``out / bandwidth``)."""
     n = g.n
     dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
-    lat = edge_latency(costs, g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])
+    ends = (g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])
+    lat = edge_latency(costs, *ends)
     if costs.comm_cpu and len(lat):
-        busy = costs.comm_cpu * lat
+        busy = costs.comm_cpu * transfer_time(costs, *ends)
         dur = dur + np.bincount(g.src, weights=busy, minlength=n) + np.bincount(g.dst, weights=busy, minlength=n)
     return dur, lat
 

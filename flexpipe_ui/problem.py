@@ -73,8 +73,8 @@ class Problem:
     overhead: float | Mapping[str, float] | None = None
     """Time added to every compute action: a number, or kind name → time; None: nothing."""
     comm_cpu: float | None = None
-    """Fraction 0..1 of a message's cost that also occupies the sending and the receiving
-    action's rank (CPU copies); None: 0."""
+    """Fraction 0..1 of a message's transfer time (out / bandwidth) that also occupies the sending
+    and the receiving action's rank (CPU copies); None: 0."""
     dp: int | None = None
     """Data-parallel replicas of the pipeline; None: 1 (no gradient all-reduce)."""
     dp_bandwidth: float | None = None

@@ -67,10 +67,13 @@ def test_message_size_over_bandwidth():
 
 
 def test_comm_cpu_occupies_sender_and_receiver():
-    # each message costs 1; half of it lengthens the action that sends and the one that receives
+    # each message costs 0.5 + 1 / 2 = 1, of which 0.5 is transfer; half of that (0.25) lengthens
+    # the action that sends and the one that receives
     t, _ = _times(SPLIT, _toy(layer={0: {"out": 1.0}}, bandwidth=2.0, comm_cpu=0.5))
-    assert t == {"0F0": (0, 1.5), "1F0": (2.5, 4), "1I0": (4, 6.5), "1W0": (6.5, 7.5),
-                 "0I0": (7.5, 10), "0W0": (10, 11)}
+    assert t == {"0F0": (0, 1.25), "1F0": (2.25, 3.5), "1I0": (3.5, 5.75), "1W0": (5.75, 6.75),
+                 "0I0": (6.75, 9), "0W0": (9, 10)}
+    t, _ = _times(SPLIT, _toy(comm_cpu=1.0))  # no bandwidth: latency only, nothing to copy
+    assert t["0W0"] == (7, 8)
 
 
 def test_fused_backward_costs_bw():
