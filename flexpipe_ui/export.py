@@ -19,7 +19,7 @@ import numpy as np
 
 from .ir import Plan, Schedule
 from .problem import StageCosts
-from .timeline import Timeline
+from .timeline import Timeline, memory_at
 
 __all__ = ["ExportError", "save_html", "save_image", "image_backend", "chrome_trace",
            "save_chrome_trace", "save_plan_json", "save_torch_csv", "export_figure"]
@@ -108,7 +108,6 @@ def chrome_trace(timeline: Any, costs: StageCosts | None = None, *, scale: float
                        "ts": s * scale, "dur": max(0.0, (e - s) * scale),
                        "args": {"stage": a.stage, "microbatch": a.microbatch, "kind": a.kind.name}})
     if costs is not None and len(tl.actions):
-        from .gantt import memory_at
         _, curves = memory_at(tl, costs)
         for r, (times, vals) in enumerate(curves):
             for t, v in zip(times.tolist(), vals.tolist()):
