@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from .kinds import Kind, get_kind
 from .pysource import literal
@@ -83,12 +82,25 @@ class Schedule:
     microbatches: int
     placement: tuple[int, ...]
     order: tuple[tuple[Action, ...], ...]
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Values derived from the schedule, each computed once (``derived``): flat arrays, the
+    dependency graph, positions, the validator's findings. Not part of the schedule's value."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", tuple(int(r) for r in self.placement))
         object.__setattr__(self, "order", tuple(tuple(row) for row in self.order))
         if len(self.order) != self.ranks:
             raise ValueError(f"schedule has {len(self.order)} rank orders but ranks={self.ranks}")
+
+    def derived(self, key: Hashable, make: Callable[["Schedule"], Any] | None = None) -> Any:
+        """The value derived under ``key``: ``make(self)`` on first use, then kept (a Schedule never
+        changes, so it never goes stale); None if it was never made and no ``make`` is given."""
+        if key in self._derived:
+            return self._derived[key]
+        if make is None:
+            return None
+        value = self._derived[key] = make(self)
+        return value
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -151,10 +163,10 @@ class Schedule:
     def num_actions(self) -> int:
         return sum(len(row) for row in self.order)
 
-    @cached_property
+    @property
     def position(self) -> dict[tuple[int, str, int], tuple[int, int]]:
         """(stage, kind, microbatch) → (rank, index); the last occurrence if duplicated."""
-        return {a.key: (r, i) for r, i, a in self.actions()}
+        return self.derived(Schedule.position, lambda s: {a.key: (r, i) for r, i, a in s.actions()})
 
     def kinds_used(self) -> set[str]:
         return {a.kind.name for row in self.order for a in row}
