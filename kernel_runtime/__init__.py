@@ -17,13 +17,14 @@ _WHERE = {
     "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
     "PlanRefused": "launcher", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
     "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
-    "reference_run": "data", "register_handler": "executor", "derive_comm": "commplan",
+    "reference_run": "data", "register_handler": "executor", "derive_comm": "flexpipe_ui.passes",
 }
 
 
 def __getattr__(name: str):
     if name in _WHERE:
-        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        where = _WHERE[name]
+        return getattr(importlib.import_module(where if "." in where else f".{where}", __name__), name)
     if name in ("models",):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'kernel_runtime' has no attribute {name!r}")

@@ -20,7 +20,7 @@ from torch import nn
 
 from flexpipe_ui.ir import Action, Plan
 
-from .commplan import CommPlan, Message
+from flexpipe_ui.passes.comm import CommPlan, Message
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 

@@ -187,7 +187,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
     from flexpipe_ui.planfile import plan_from_dict
 
-    from .commplan import derive_comm
+    from flexpipe_ui.passes import derive_comm
     from .data import get_batch, make_optimizer, split_microbatches
     from .executor import CpuTimer, CudaTimer, RankExecutor
     from .models import as_spec
