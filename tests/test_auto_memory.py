@@ -7,7 +7,7 @@ import pytest
 from flexpipe_ui.dsl import Program, Rules, RulesError, looped, vshape
 from flexpipe_ui.ops import register_recompute
 from flexpipe_ui.problem import Layer, Problem
-from flexpipe_ui.search import auto_search, driver
+from flexpipe_ui.search import auto_search, state
 from flexpipe_ui.search import space as sp
 from flexpipe_ui.search.bounds import memory_time_bound, time_bounds
 from flexpipe_ui.sim import simulate
@@ -69,7 +69,7 @@ def test_pruning_by_the_memory_bound_keeps_the_answer(monkeypatch):
     tight = Problem(ranks=4, microbatches=8, comm=prob.comm, layers=prob.layers,
                     memory_limit=free.candidates[0][1].metrics.max_peak_memory * 0.3)
     pruned = auto_search(tight, max_evals=120)
-    monkeypatch.setattr(driver, "memory_time_bound", lambda *a, **k: 0.0)
+    monkeypatch.setattr(state, "memory_time_bound", lambda *a, **k: 0.0)
     plain = auto_search(tight, max_evals=120)
     assert pruned.makespan <= plain.makespan * (1 + 1e-9)
     assert pruned.stats["evaluated"] < plain.stats["evaluated"]
