@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .ir import EditError, FromText, ParseError, Plan, Schedule, edit_plan, parse_action, replay, source_of
 
-__all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EditError", "apply_edit", "edit_plan",
+__all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EDIT_STEPS", "EditError", "apply_edit", "edit_plan",
            "replay", "undo", "FromText", "source_of"]
 
 
@@ -130,12 +130,12 @@ class PinBefore:
         return _with_row(s, ra, row)
 
 
-_EDITS = (Move, Swap, Insert, Remove, PinBefore)
+EDIT_STEPS = (Move, Swap, Insert, Remove, PinBefore)
 
 
 def apply_edit(schedule: Schedule, edit) -> Schedule:
     """The schedule with one edit applied (not validated)."""
-    if not isinstance(edit, _EDITS):
+    if not isinstance(edit, EDIT_STEPS):
         raise EditError(f"not an edit step: {edit!r} (use Move, Swap, Insert, Remove or PinBefore)")
     return edit.apply(schedule)
 

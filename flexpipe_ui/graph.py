@@ -122,12 +122,13 @@ def structure_problems(s: Schedule) -> list[Finding]:
                             + ", ".join(f"r{rank[i]}#{pos[i]}" for i in same) + ")",
                             cells(same), names(same[1:])))
     # completeness: one F and (B or I+W) per (stage, microbatch)
-    have = {name: np.zeros((S, M), bool) for name in ("F", "I", "W", "B")}
+    roles = ("forward", "backward_input", "backward_weight", "backward")   # F, I, W, B
+    have = {role: np.zeros((S, M), bool) for role in roles}
     for k, kind in enumerate(klist):
-        if kind.name in have:
+        if kind.builtin:
             sel = ok[kid[ok] == k]
-            have[kind.name][stage[sel], mb[sel]] = True
-    hf, hi, hw, hb = have["F"], have["I"], have["W"], have["B"]
+            have[kind.role][stage[sel], mb[sel]] = True
+    hf, hi, hw, hb = (have[role] for role in roles)
     miss: list[tuple[int, int, str]] = []
     for st, m in np.argwhere(~hf):
         miss.append((st, m, f"{st}F{m}"))
