@@ -22,7 +22,7 @@ from .problem import StageCosts
 from .timeline import Timeline, memory_at
 
 __all__ = ["ExportError", "save_html", "save_image", "image_backend", "chrome_trace",
-           "save_chrome_trace", "save_plan_json", "save_torch_csv", "export_figure"]
+           "save_chrome_trace", "save_plan_json", "save_torch_csv"]
 
 
 class ExportError(ValueError):
@@ -75,13 +75,6 @@ def save_image(fig, path, *, format: str | None = None, width: int | None = None
     fig.write_image(str(p), format="jpeg" if fmt == "jpg" else fmt, width=width, height=height,
                     scale=scale)
     return str(p)
-
-
-def export_figure(fig, path, **kw) -> str:
-    """HTML for ``.html``, an image otherwise."""
-    if Path(path).suffix.lower() in (".html", ".htm"):
-        return save_html(fig, path)
-    return save_image(fig, path, **kw)
 
 
 def chrome_trace(timeline: Any, costs: StageCosts | None = None, *, scale: float = 1000.0,

@@ -227,9 +227,6 @@ class Plan:
     def num_layers(self) -> int | None:
         return None if self.partition is None else sum(len(p) for p in self.partition)
 
-    def with_schedule(self, schedule: Schedule) -> "Plan":
-        return replace(self, schedule=schedule)
-
     def with_meta(self, **meta) -> "Plan":
         return replace(self, meta={**self.meta, **meta})
 

@@ -31,8 +31,6 @@ The pieces: ``options`` (``SearchOptions``), ``state`` (budgets, pruning, scorin
 """
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from ..ir import Plan
 from ..kinds import ensure_registered, scoped_kinds
 from ..problem import Problem, ProblemError
