@@ -89,3 +89,22 @@ def test_capped_dsl_candidates_never_land_over_memory():
         except RulesError:
             continue
         assert simulate(plan, prob).metrics.max_peak_memory <= prob.memory_limit * (1 + 1e-9), c.description
+
+
+def test_the_search_leaves_no_global_state_behind():
+    """The GC stays on, and the recompute kind the search tries under a cap stays registered only
+    when a returned plan uses it."""
+    import gc
+
+    from flexpipe_ui.kinds import kinds, scoped_kinds, unregister_kind
+    rng = random.Random(5)
+    prob = _problem(4, 8, 10, rng)
+    free = auto_search(prob, max_evals=40)
+    with scoped_kinds():
+        for frac in (0.3, 0.9):
+            unregister_kind("R")
+            capped = Problem(ranks=4, microbatches=8, comm=prob.comm, layers=prob.layers,
+                             memory_limit=free.candidates[0][1].metrics.max_peak_memory * frac)
+            res = auto_search(capped, max_evals=80, top=3)
+            used = {a.kind.name for p, _, _ in res.candidates for _, _, a in p.schedule.actions()}
+            assert ("R" in kinds()) == ("R" in used) and gc.isenabled()
