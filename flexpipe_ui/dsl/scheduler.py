@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..costmodel import fits, memory_effects
-from ..graph import structure_problems
 from ..ir import Action, Schedule
 from ..problem import StageCosts
+from ..validate import valid_by_construction
 from .actor_plan import _Plan, _prepare, memory_need, stage_kinds
 from .rules import Rules, RulesError
 
@@ -299,11 +299,10 @@ def _orders(P: _Plan, st: _State, placement) -> Schedule:
         order.append(tuple(seq))
         starts.append(tuple(x[0] for x in row))
     sched = Schedule(P.ranks, M, tuple(placement), tuple(order))
-    sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
-    if not structure_problems(sched):
-        # every action ran after its dependencies, in lane order: the actors' times are a feasible
-        # execution, so no order or deadlock problem exists (validate and sim skip their scans)
-        sched.__dict__["_valid"] = True
+    sched.derived("list_starts", lambda s: tuple(starts))  # the actors' start times (tests compare with sim)
+    # every action ran after its dependencies, in lane order: the actors' times are a feasible
+    # execution, so no order or deadlock problem exists (validate and sim skip their scans)
+    valid_by_construction(sched)
     return sched
 
 
