@@ -254,7 +254,7 @@ def test_list_scheduler_starts_are_the_simulators_with_terms(rules):
     for placement in (looped(1), vshape(), looped(3)):
         plan = Program(placement=placement, rules=rules).plan(problem=p, partition="balanced")
         tl = simulate(plan, p).timeline
-        mine = plan.schedule.__dict__["_list_starts"]
+        mine = plan.schedule.derived("list_starts")
         for r in range(4):
             assert np.allclose(tl.start[tl.rank == r], mine[r])
         if rules.memory_cap is not None:
