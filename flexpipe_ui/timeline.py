@@ -29,6 +29,9 @@ class Timeline:
     source: str = "simulated"          # or "measured"
     schedule: Schedule | None = None
     meta: dict = field(default_factory=dict)
+    peak_memory_measured: tuple[float, ...] | None = None
+    """Measured runs only: each rank's peak memory in the step (MiB; CUDA's max allocated on a
+    GPU, on CPU the activations, parameters, gradients and optimizer state the worker held)."""
 
     @classmethod
     def from_records(cls, ranks: int, records: Sequence[tuple[int, Action | str, float, float]],
@@ -49,7 +52,7 @@ class Timeline:
         """Same timeline with time starting at 0 (or at ``t0``)."""
         t0 = float(self.start.min()) if t0 is None and len(self.start) else (t0 or 0.0)
         return Timeline(self.ranks, self.actions, self.rank, self.start - t0, self.end - t0,
-                        self.source, self.schedule, dict(self.meta))
+                        self.source, self.schedule, dict(self.meta), self.peak_memory_measured)
 
     def records(self) -> list[tuple[int, str, float, float]]:
         return [(int(r), str(a), float(s), float(e))

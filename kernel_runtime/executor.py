@@ -24,7 +24,8 @@ from .commplan import CommPlan, Message
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 
-__all__ = ["RankExecutor", "ActionError", "HANDLERS", "register_handler", "StepRecord", "stage_forward"]
+__all__ = ["RankExecutor", "ActionError", "HANDLERS", "register_handler", "StepRecord", "stage_forward",
+           "SavedBytes", "activation_bytes", "static_bytes"]
 
 
 class ActionError(RuntimeError):
@@ -50,16 +51,82 @@ class MBState:
     saved: list | None = None              # tensors autograd saved, when the activation is offloaded
     copy_done: object = None               # CUDA event of the last offload/reload copy
     fused: bool = False                    # first stage on data: I deferred its work to W
+    held: int = 0                          # bytes of activation this microbatch holds (tracked)
 
 
 @dataclass
 class StepRecord:
-    """One rank's step: action (text, start ns, end ns), loss (last stage only), clock marks."""
+    """One rank's step: action (text, start ns, end ns), loss (last stage only), clock marks, and
+    the peak bytes of activation the rank held (``activation_bytes`` after each action)."""
 
     records: list[tuple[str, int, int]]
     loss: float | None
     t0: int
     t_end: int
+    peak_activation: int = 0
+
+
+# -- memory accounting (the profiler counts the same way, so prediction and measurement agree) ------
+class SavedBytes:
+    """``saved_tensors_hooks`` that record the storages autograd saves during a forward (parameters
+    excluded): a stage's activation is these storages plus its output, less its input."""
+
+    def __init__(self, param_ptrs: set[int]):
+        self.param_ptrs = param_ptrs
+        self.storages: dict[int, int] = {}
+
+    def pack(self, t):
+        try:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in self.param_ptrs:
+                self.storages[ptr] = st.nbytes()
+        except (RuntimeError, NotImplementedError):      # tensors without storage (sparse, meta)
+            pass
+        return t
+
+    def hooks(self):
+        self.storages = {}
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+
+def _storage(t) -> tuple[int, int] | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def activation_bytes(saved: dict[int, int], x, y) -> int:
+    """Bytes one (stage, microbatch) holds after F: saved storages ∪ output, minus the input's
+    storage (counted as the producer's output; per-layer figures then add up over a stage)."""
+    held = dict(saved)
+    out = _storage(y)
+    if out is not None and y.dim() > 0:
+        held[out[0]] = out[1]
+    inp = _storage(x)
+    if inp is not None:
+        held.pop(inp[0], None)
+    return int(sum(held.values()))
+
+
+def static_bytes(params, optimizer=None) -> int:
+    """Parameters + their gradients + the optimizer's state tensors, as they are now."""
+    seen: set[int] = set()
+    total = 0
+    tensors = list(params) + [p.grad for p in params if p.grad is not None]
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        s = _storage(t)
+        if s is not None and s[0] not in seen:
+            seen.add(s[0])
+            total += s[1]
+    return total
 
 
 def stage_forward(layers: list[nn.Module], x: torch.Tensor):
@@ -139,6 +206,9 @@ def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
     params = ex.body_params(a.stage, st)
     dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
     st.dleaf = dleaf
+    # the anchors' recorded gradients stay until W (the "act_w" of the cost model)
+    st.held += sum(g.numel() * g.element_size() for gs in st.pend.grads.values() for g in gs
+                   if isinstance(g, torch.Tensor))
     st.y = None                            # the graph lives on in st.pend until W
     ex.emit_input_grad(a, dleaf)
 
@@ -238,6 +308,8 @@ class RankExecutor:
         self.progress = progress
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
                        for s, ls in layers.items()}
+        self.saved = SavedBytes({p.untyped_storage().data_ptr() for ls in layers.values()
+                                 for l in ls for p in l.parameters()})
 
     # -- used by handlers -------------------------------------------------------------------------
     def stage_input(self, a: Action) -> torch.Tensor:
@@ -309,6 +381,7 @@ class RankExecutor:
                 p.grad = None
         timer = self.timer
         records = []
+        peak = 0
         t0 = timer.start_step()
         self.transport.start_step()
         for pos, a in enumerate(self.order):
@@ -320,16 +393,25 @@ class RankExecutor:
                 for msg in self.comm.needs.get(pos, ()):
                     self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
+                forward = a.kind.name == "F"
                 start = timer.mark()
-                HANDLERS[a.kind.name](self, a, st)
+                if forward:
+                    with self.saved.hooks():
+                        HANDLERS["F"](self, a, st)
+                else:
+                    HANDLERS[a.kind.name](self, a, st)
                 end = timer.mark()
+                if forward:
+                    st.held = activation_bytes(self.saved.storages, st.x, st.y)
+                    self.saved.storages = {}
                 self.transport.flush()
             except Exception as e:
                 raise ActionError(self.rank, text, step, e) from e
             records.append((text, start, end))
+            peak = max(peak, sum(m.held for m in self.state.values()))
         self.transport.finish_step()
         loss = sum(self.losses) / self.M if self.S - 1 in self.layers else None
-        return StepRecord(timer.resolve(records), loss, t0, timer.now())
+        return StepRecord(timer.resolve(records), loss, t0, timer.now(), peak)
 
 
 class CpuTimer:
