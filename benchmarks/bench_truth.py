@@ -72,7 +72,7 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     plans = dict(lib, auto=found.best)
     log(f"  auto: {found.candidates[0][2]}")
     measured = measure_plans(list(plans.values()), **kw)
-    out = {}
+    out = {"_profile": (prob, lib["1f1b"].partition)}
     for (name, plan), tls in zip(plans.items(), measured):
         sim_prof = simulate(plan, prob)
         if name == "auto":
@@ -88,6 +88,19 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
                      "err": (meas - pred) / pred, "err_cal": (meas - cal) / cal,
                      "pred_mem": sim_prof.metrics.max_peak_memory, "meas_mem": mpeak}
     return out
+
+
+def repeatability(profiles) -> str:
+    """Largest deviation of a 1F1B stage's total (Σ f + b + w) from its median over the rounds."""
+    if len(profiles) < 2:
+        return "n/a (one round)"
+    worst = 0.0
+    part = profiles[0][1]
+    for lay in part:
+        tot = [sum(p.layers[i].f + p.layers[i].b + p.layers[i].w for i in lay) for p, _ in profiles]
+        med = statistics.median(tot)
+        worst = max(worst, max(abs(t - med) / med for t in tot))
+    return f"stage totals within {worst:.1%} of their median over {len(profiles)} profiles (target 5%)"
 
 
 def main(argv=None) -> int:
@@ -120,6 +133,7 @@ def main(argv=None) -> int:
             log(f"{mname}: round {r + 1}/{args.rounds}")
             res.append(one_round(spec, ranks=ranks, mbs=args.microbatches, steps=args.steps,
                                  passes=args.passes, devices=devices, time_limit=args.time_limit, log=log))
+        print(f"{mname}: profile repeatability {repeatability([r.pop('_profile') for r in res])}")
         for plan in res[0]:
             errs = sorted(res, key=lambda x: abs(x[plan]["err"]))
             rows[(mname, plan)] = errs[len(errs) // 2][plan]          # the median round

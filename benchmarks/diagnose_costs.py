@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     import torch
 
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.calibrate import _comm_estimate
+    from kernel_runtime.calibrate import _gaps
     from kernel_runtime.costfields import cost_fields
     from kernel_runtime.launcher import launch
     from kernel_runtime.profiler import profile
@@ -128,8 +128,11 @@ def main(argv=None) -> int:
             part = plan.partition
             transfer = [(cf["layers"][l[-1]].get("out") or 0) / cf["bandwidth"] if cf["bandwidth"] else 0.0
                         for l in part]
-            gaps = [g for e in evs[1:] for g in _comm_estimate(e.timeline, plan, transfer)]
-            wait = f"{statistics.median(gaps):.3f}" if gaps else "-"
+            both = [_gaps(e.timeline, plan, transfer) for e in evs[1:]]
+            gaps = [g for w, _ in both for g in w]
+            loops = [g for _, l in both for g in l]
+            wait = (f"mean {statistics.fmean(gaps):.3f} median {statistics.median(gaps):.3f}" if gaps else "-")
+            wait += f"; executor gap between actions (median) {statistics.median(loops):.3f}" if loops else ""
             peaks = [e.timeline.peak_memory_measured for e in evs[1:] if e.timeline.peak_memory_measured]
             pm = simulate(plan, conc).metrics.peak_memory
             print(f"  {n}: step makespan measured {meas:.2f} vs simulated {sim:.2f} ({(meas - sim) / sim:+.1%}); "

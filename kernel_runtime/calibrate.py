@@ -4,7 +4,8 @@ From measured timelines (one or several plans, pooled) it refits, per layer, f, 
 stage's median measured F, I, W, B less the per-action ``overhead``, shared among the stage's layers
 in proportion to the base problem, averaged over every stage a layer sat in), the per-kind
 ``overhead`` (least squares of measured durations against predicted work, when the runs have stages
-of different sizes), ``comm`` (waits on cross-rank dependencies less the message's transfer time),
+of different sizes, plus the executor's own time between two actions that did not wait), ``comm``
+(mean wait on cross-rank dependencies less the message's transfer time),
 and the activation memory (scaled to the measured peaks). ``bandwidth`` and ``comm_cpu`` stay as
 profiled. A first stage fed by data runs its whole backward in W (the executor defers I there), so
 its I + W counts as one fused backward. Torch-free. Units: ms and MiB.
@@ -39,37 +40,56 @@ def stage_durations(timelines: Sequence[Timeline]) -> dict[tuple[int, str], floa
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def _comm_estimate(tl: Timeline, plan: Plan, transfer: Sequence[float]) -> list[float]:
-    """Waits of cross-rank consumers on their producer (consumer start − producer end − the
-    message's transfer time ``transfer[stage of the producer's output]``), where it waited."""
+def _cross_dep(a, sched, place, r: int, when: dict):
+    """(producer text, boundary stage) of ``a``'s dependency on another rank, or (None, None)."""
+    if a.kind.name == "F" and a.stage > 0 and place[a.stage - 1] != r:
+        return f"{a.stage - 1}F{a.microbatch}", a.stage - 1
+    if a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
+        dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")
+                    if d in when), None)
+        return dep, a.stage
+    return None, None
+
+
+def _gaps(tl: Timeline, plan: Plan, transfer: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(comm waits, loop gaps) of a measured timeline.
+
+    A comm wait: a consumer that started after its rank's previous action ended and after its
+    cross-rank producer ended: start − producer end − the message's transfer time
+    ``transfer[boundary stage]``. A loop gap: the executor's own time between two actions of a rank
+    where the second did not wait (no cross-rank producer, or one that ended before the first
+    action started): receive/send posting and bookkeeping outside the timed handlers."""
     sched = plan.schedule
     place = sched.placement
     when = {str(a): (int(r), float(s), float(e)) for a, r, s, e in zip(tl.actions, tl.rank, tl.start, tl.end)}
-    prev_end: dict[str, float] = {}
+    prev: dict[str, tuple[float, float]] = {}
     for row in sched.order:
-        last = 0.0
+        last = None
         for a in row:
             k = str(a)
             if k in when:
-                prev_end[k] = last
-                last = when[k][2]
-    gaps = []
+                if last is not None:
+                    prev[k] = last
+                last = when[k][1:]
+    waits, loops = [], []
     for a in tl.actions:
         k = str(a)
         r, s, _ = when[k]
-        dep, boundary = None, None
-        if a.kind.name == "F" and a.stage > 0 and place[a.stage - 1] != r:
-            dep, boundary = f"{a.stage - 1}F{a.microbatch}", a.stage - 1
-        elif a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
-            dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")
-                        if d in when), None)
-            boundary = a.stage
-        if dep is None or dep not in when:
-            continue
-        dep_end = when[dep][2]
-        if s > prev_end.get(k, 0.0) + 1e-9 and dep_end >= prev_end.get(k, 0.0):   # it waited for dep
-            gaps.append(max(0.0, s - dep_end - transfer[boundary]))
-    return gaps
+        p_start, p_end = prev.get(k, (0.0, 0.0))
+        dep, boundary = _cross_dep(a, sched, place, r, when)
+        dep_end = when[dep][2] if dep in when else None
+        if k in prev and (dep_end is None or dep_end <= p_start):
+            loops.append(max(0.0, s - p_end))
+        if dep_end is not None and s > p_end + 1e-9 and dep_end >= p_end:      # it waited for dep
+            waits.append(max(0.0, s - dep_end - transfer[boundary]))
+    return waits, loops
+
+
+def _comm_estimate(tl: Timeline, plan: Plan, transfer: Sequence[float] | None = None) -> list[float]:
+    """Waits of cross-rank consumers on their producers, less the transfer time (see ``_gaps``)."""
+    if transfer is None:
+        transfer = [0.0] * plan.schedule.num_stages
+    return _gaps(tl, plan, transfer)[0]
 
 
 def _deferred_first(durs: dict, part, base: Problem) -> bool:
@@ -177,7 +197,9 @@ def calibrate_runs(runs: Sequence[tuple[Plan, Sequence[Timeline]]], problem: Pro
         layers.append({"f": vals["F"], "b": vals["I"], "w": vals["W"], "act": l.act, "mem": l.mem,
                        "name": l.name})
         new_extra.append({**{k: v for k, v in extra[i].items() if v is not None}, "bw": vals["B"]})
-    comm = _fit_comm(runs, problem, extra, cf)
+    comm, loop = _fit_comm(runs, problem, extra, cf)
+    # the executor's time between actions is paid once per action, like the handlers' fixed part
+    ov = {k: v + loop for k, v in ov.items()}
     act_scale = _fit_activation(runs, problem)
     if act_scale is not None:
         for l, e in zip(layers, new_extra):
@@ -188,7 +210,7 @@ def calibrate_runs(runs: Sequence[tuple[Plan, Sequence[Timeline]]], problem: Pro
     d.update(layers=layers, comm=comm)
     meta = dict(d.get("meta") or {})
     meta["calibrated_from"] = sum(len(t) for _, t in runs)
-    meta["calibration"] = {"plans": len(runs), "overhead": ov, "act_scale": act_scale,
+    meta["calibration"] = {"plans": len(runs), "overhead": ov, "loop_gap": loop, "act_scale": act_scale,
                            "kind_scale": _kind_scales(obs, ov)}
     meta.setdefault("units", "ms, MiB")
     d["meta"] = meta
@@ -206,9 +228,11 @@ def _kind_scales(obs, ov) -> dict[str, float]:
     return out
 
 
-def _fit_comm(runs, problem: Problem, extra, cf) -> float:
+def _fit_comm(runs, problem: Problem, extra, cf) -> tuple[float, float]:
+    """(comm, loop gap): the mean wait beyond transfer on cross-rank dependencies (the mean: a
+    critical path pays every wait, the slow ones included), and the median loop gap."""
     bw = cf["bandwidth"]
-    gaps = []
+    gaps, loops = [], []
     for plan, tls in runs:
         part = plan.partition or even_partition(problem.num_layers, plan.schedule.num_stages)
         transfer = []
@@ -216,8 +240,11 @@ def _fit_comm(runs, problem: Problem, extra, cf) -> float:
             out = extra[lay[-1]].get("out") if extra else None
             transfer.append(out / bw if (out and bw) else 0.0)
         for tl in tls:
-            gaps += _comm_estimate(tl, plan, transfer)
-    return float(np.median(gaps)) if gaps else float(problem.comm)
+            w, l = _gaps(tl, plan, transfer)
+            gaps += w
+            loops += l
+    return (float(np.mean(gaps)) if gaps else float(problem.comm),
+            float(np.median(loops)) if loops else 0.0)
 
 
 def _fit_activation(runs, problem: Problem) -> float | None:

@@ -114,3 +114,20 @@ def test_calibrate_imports_without_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_executors_time_between_actions_becomes_overhead():
+    base = _base()
+    plan = build_named("zb-h1", base)
+    g = 0.25                      # each stage's action took work + g on the rank, only work was timed
+    padded = base.with_(layers=tuple(replace(l, f=l.f + g / 4, b=l.b + g / 4, w=l.w + g / 4)
+                                     for l in base.layers))
+    tl = simulate(plan, padded).timeline
+    measured = replace(tl, source="measured", end=tl.end - g)
+    got = calibrate(measured, plan, base)
+    assert got.meta["calibration"]["loop_gap"] == pytest.approx(g)
+    assert cost_fields(got)["overhead"] == pytest.approx({k: g for k in "FIWB"})
+    for lay in plan.partition:
+        for k in "fbw":
+            assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
+                sum(getattr(base.layers[i], k) for i in lay))
