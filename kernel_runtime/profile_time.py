@@ -20,7 +20,8 @@ from torch import nn
 
 from flexpipe_ui.ir import parse_action
 
-from .executor import HANDLERS, MBState, SavedBytes, activation_bytes
+from .executor import HANDLERS, MBState
+from .memory import SavedBytes, activation_bytes
 
 __all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
 

@@ -134,9 +134,8 @@ def _run_workers(job: _ProfileJob, timeout: float) -> list[dict]:
 
     import torch.multiprocessing as tmp
 
-    from .launcher import _check_sendable, _free_port
+    from .launcher import _free_port
     job.port = _free_port()
-    _check_sendable(job)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=_profile_worker, args=(r, job, q), daemon=True,
@@ -225,6 +224,17 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
         finally:
             torch.set_num_threads(old)
     else:
+        from .launcher import PlanRefused, _check_sendable
+        try:
+            _check_sendable(job)
+        except PlanRefused as e:
+            import warnings
+            warnings.warn(f"profiling in this process, without the other ranks' contention or a "
+                          f"communication measurement: {e}", stacklevel=2)
+            return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
+                           microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
+                           warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
+                           memory_limit=memory_limit, threads=threads, processes=0, stages=stages)
         results = _run_workers(job, timeout)
     return _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
                      memory_limit=memory_limit, path=path)

@@ -156,7 +156,7 @@ def _peak_memory_mib(device, rec, params, opt) -> float:
     import torch
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2 ** 20
-    from .executor import static_bytes
+    from .memory import static_bytes
     return (rec.peak_activation + static_bytes(params, opt)) / 2 ** 20
 
 
