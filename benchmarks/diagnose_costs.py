@@ -4,7 +4,8 @@ what the profile says it costs.
 For each model of ``bench_truth`` (2 ranks) it profiles twice -- one worker alone, and one worker
 per rank at once (what ``profile`` does by default: the ranks contend for cores and memory as in a
 run) -- timing every layer and, whole, every stage of the plans below. Then it runs 1F1B, ZB-H1,
-interleaved 1F1B and ZB-V and prints, per plan, stage and kind: the median measured duration (steps
+interleaved 1F1B, ZB-V and 1F1B with each B split into I then W in place ("1f1b+split": the
+cost of splitting a backward, nothing else changed) and prints, per plan, stage and kind: the median measured duration (steps
 after warm-up), the first step's, the sum of the stage's per-layer costs + the per-action overhead
 (alone / concurrent), the stage timed whole, and the ratio measured / concurrent sum. Then the
 cross-rank waits against ``comm + out / bandwidth``, and a summary per kind.
@@ -55,21 +56,22 @@ def durations(tls):
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def fused_plan(plan):
-    """The same plan with every I+W pair fused into B (at I's place): split vs fused backward."""
+def split_plan(plan):
+    """The same plan with every fused B(s, m) split into I(s, m) then W(s, m) at its place: the
+    cost of splitting a backward, with nothing else changed."""
     from flexpipe_ui.ir import Plan, Schedule, parse_action
     sched = plan.schedule
     order = []
     for row in sched.order:
         new = []
         for a in row:
-            if a.kind.name == "I":
-                new.append(parse_action(f"{a.stage}B{a.microbatch}"))
-            elif a.kind.name != "W":
+            if a.kind.name == "B":
+                new += [parse_action(f"{a.stage}I{a.microbatch}"), parse_action(f"{a.stage}W{a.microbatch}")]
+            else:
                 new.append(a)
         order.append(tuple(new))
     s2 = Schedule(sched.ranks, sched.microbatches, sched.placement, tuple(order))
-    return Plan(s2, plan.partition, dict(plan.meta or {}, name=(plan.meta or {}).get("name", "") + "+fused"))
+    return Plan(s2, plan.partition, dict(plan.meta or {}, name=(plan.meta or {}).get("name", "") + "+split"))
 
 
 def main(argv=None) -> int:
@@ -96,9 +98,9 @@ def main(argv=None) -> int:
         probe = profile(spec, ranks=ranks, microbatches=args.microbatches, processes=0, repeats=1, warmup=0)
         plans = library_plans(probe)
         try:
-            plans["1f1b+fused"] = fused_plan(plans["1f1b"])
+            plans["1f1b+split"] = split_plan(plans["1f1b"])
         except Exception as e:  # noqa: BLE001 - a diagnostic extra
-            print(f"(no fused variant: {e})")
+            print(f"(no split variant: {e})")
         units = sorted({tuple(l) for p in plans.values() for l in p.partition if len(l) > 1})
         alone = profile(spec, ranks=ranks, microbatches=args.microbatches, processes=1, stages=units)
         conc = profile(spec, ranks=ranks, microbatches=args.microbatches, stages=units)
@@ -120,7 +122,7 @@ def main(argv=None) -> int:
             for (s, k), d in sorted(steady.items()):
                 lay = plan.partition[s]
                 pa, pc, pw = predicted(alone, lay, k), predicted(conc, lay, k), whole(conc, lay, k)
-                summary.setdefault(k if n != "1f1b+fused" else "B", []).append((d, pc, pa))
+                summary.setdefault(k, []).append((d, pc, pa))
                 print(f"{n:<18} {s:>2} {f'{lay[0]}-{lay[-1]}':<9} {k:<4} {d:>8.3f} {first[(s, k)]:>8.3f} "
                       f"{pa:>8.3f} {pc:>8.3f} {(f'{pw:.3f}' if pw is not None else '-'):>8} {d / max(pc, 1e-9):>9.2f}")
             meas = statistics.median(e.timeline.makespan for e in evs[1:])
