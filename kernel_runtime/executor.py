@@ -330,11 +330,11 @@ class RankExecutor:
                 for msg in self.comm.needs.get(pos, ()):
                     self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
-                forward = a.kind.name == "F"
+                forward = a.kind.name in ("F", "R")        # R re-runs the forward with autograd
                 start = timer.mark()
                 if forward:
                     with self.saved.hooks():
-                        HANDLERS["F"](self, a, st)
+                        HANDLERS[a.kind.name](self, a, st)
                 else:
                     HANDLERS[a.kind.name](self, a, st)
                 end = timer.mark()

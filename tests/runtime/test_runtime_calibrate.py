@@ -131,3 +131,15 @@ def test_the_executors_time_between_actions_becomes_overhead():
         for k in "fbw":
             assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
                 sum(getattr(base.layers[i], k) for i in lay))
+
+
+def test_latency_and_bandwidth_fit():
+    pytest.importorskip("torch")
+    from kernel_runtime.profile_comm import fit_latency_bandwidth
+    pts = [(mib, 0.08 + mib / 2.5) for mib in (0.0, 0.0625, 1.0, 4.0)]
+    lat, bw = fit_latency_bandwidth(pts)
+    assert lat == pytest.approx(0.08) and bw == pytest.approx(2.5)
+    # flat or single points: latency only, infinite bandwidth; never a negative latency
+    assert fit_latency_bandwidth([(1.0, 0.3)]) == (0.3, float("inf"))
+    lat, bw = fit_latency_bandwidth([(0.0, 0.01), (4.0, 2.0), (8.0, 4.2)])
+    assert lat >= 0 and bw > 0
