@@ -53,6 +53,7 @@ class _ProfileJob:
     units: list = field(default_factory=list)
     world: int = 1
     port: int = 29500
+    spawned: bool = True
 
 
 def _sample(spec, job: _ProfileJob):
@@ -213,7 +214,8 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
         threads = max(1, (os.cpu_count() or 1) // max(1, ranks))
     job = _ProfileJob(model, loss_fn, sample_input, targets, microbatches, device,
                       dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                      int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc))
+                      int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc),
+                      spawned=nproc > 0)
     if nproc <= 0:
         import torch
         old = torch.get_num_threads()
@@ -256,7 +258,7 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
               for u in res["units"] if len(u) > 1]
     meta = {"profiled": True, "model": res["model"], "device": res["device"], "dtype": res["dtype"],
             "units": "ms, MiB", "repeats": job.repeats, "warmup": job.warmup, "torch": res["torch"],
-            "threads": res["threads"], "processes": job.world if c is not None or job.world > 1 else 0,
+            "threads": res["threads"], "processes": job.world if job.spawned else 0,
             "spread": max(u["spread"] for u in res["units"].values()),
             "overhead_measured": dict(ov)}
     if stages:
