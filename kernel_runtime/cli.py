@@ -137,9 +137,15 @@ def _tune(args) -> int:
     spec = _model(args)
     if spec.batch_size % args.microbatches:
         raise ValueError(f"--batch-size {spec.batch_size} does not split into {args.microbatches} microbatches")
-    res = tune(spec, ranks=args.ranks, microbatches=args.microbatches, rounds=args.rounds,
-               steps=args.steps, devices=args.devices, time_limit=args.time_limit,
-               progress=lambda ev: print(f"[{ev.phase} {ev.round}] {ev.message}", flush=True))
+    from .launcher import WorkerError
+    from .profiler import ProfileError
+    try:
+        res = tune(spec, ranks=args.ranks, microbatches=args.microbatches, rounds=args.rounds,
+                   steps=args.steps, devices=args.devices, time_limit=args.time_limit,
+                   progress=lambda ev: print(f"[{ev.phase} {ev.round}] {ev.message}", flush=True))
+    except (WorkerError, ProfileError) as e:
+        print(f"flexpipe tune: worker error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
     print(res.table())
     save_plan(res.plan, args.output)
     print(f"wrote {args.output}")
