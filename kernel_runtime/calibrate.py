@@ -42,7 +42,7 @@ def stage_durations(timelines: Sequence[Timeline]) -> dict[tuple[int, str], floa
 
 def _cross_dep(a, sched, place, r: int, when: dict):
     """(producer text, boundary stage) of ``a``'s dependency on another rank, or (None, None)."""
-    if a.kind.name == "F" and a.stage > 0 and place[a.stage - 1] != r:
+    if a.kind.is_forward and a.stage > 0 and place[a.stage - 1] != r:
         return f"{a.stage - 1}F{a.microbatch}", a.stage - 1
     if a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
         dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")

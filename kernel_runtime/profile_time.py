@@ -20,7 +20,7 @@ from torch import nn
 
 from flexpipe_ui.ir import parse_action
 
-from .executor import HANDLERS, MBState
+from .executor import DEFAULT_HANDLERS as HANDLERS, MBState
 from .memory import SavedBytes, activation_bytes
 
 __all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
