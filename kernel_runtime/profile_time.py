@@ -2,7 +2,7 @@
 
 A ``_Probe`` stands in for ``RankExecutor`` for one *unit* (a layer, or a whole stage) alone: its
 input and its output gradient are in memory, nothing is sent. Each repetition runs the unit's
-F → I → W (split backward) and F → B (fused) with the very handlers ``executor.HANDLERS`` the
+F → I → W (split backward) and F → B (fused) with the very handlers ``executor.DEFAULT_HANDLERS`` the
 pipelined run calls, so per-action Python work (the split backward's graph walk, hooks, the loss)
 is timed as it runs there. Units are visited in a rotated order each repetition to spread drift
 and cache state over all of them; the statistic is the median over repetitions.
