@@ -103,6 +103,14 @@ def gantt_title(metrics: Metrics | None, title: str | None = None, baseline: Any
     return " · ".join(parts)
 
 
+def _measured_peaks(tl: Timeline) -> str:
+    """" · measured peak a / b" (per rank) for a measured timeline that carries its peaks."""
+    peaks = getattr(tl, "peak_memory_measured", None)
+    if not peaks:
+        return ""
+    return " · measured peak " + " / ".join(fmt_num(p) for p in peaks)
+
+
 def idle_intervals(tl: Timeline, until: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, start, end) of every gap on each rank's compute stream, from 0 to ``until``."""
     until = tl.makespan if until is None else until
@@ -216,8 +224,8 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
         fig.update_xaxes(range=list(x_range))
     fig.update_layout(
         barmode="overlay", bargap=0.0, height=total_h, width=width,
-        title=dict(text=gantt_title(metrics, title, baseline, memory_limit, tl.source), x=0.01,
-                   font_size=14),
+        title=dict(text=gantt_title(metrics, title, baseline, memory_limit, tl.source)
+                   + _measured_peaks(tl), x=0.01, font_size=14),
         margin=dict(l=60, r=20, t=50, b=40), plot_bgcolor="white",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
         uniformtext=dict(minsize=7, mode="hide"), hoverlabel=dict(namelength=-1))

@@ -30,6 +30,9 @@ class Timeline:
     source: str = "simulated"          # or "measured"
     schedule: Schedule | None = None
     meta: dict = field(default_factory=dict)
+    peak_memory_measured: tuple[float, ...] | None = None
+    """Measured runs only: each rank's peak memory in the step (MiB; CUDA's max allocated on a
+    GPU, on CPU the activations, parameters, gradients and optimizer state the worker held)."""
 
     @classmethod
     def from_records(cls, ranks: int, records: Sequence[tuple[int, Action | str, float, float]],
@@ -56,7 +59,7 @@ class Timeline:
         if "allreduce" in meta:
             meta["allreduce"] = [(r, s, a - t0, b - t0) for r, s, a, b in meta["allreduce"]]
         return Timeline(self.ranks, self.actions, self.rank, self.start - t0, self.end - t0,
-                        self.source, self.schedule, meta)
+                        self.source, self.schedule, meta, self.peak_memory_measured)
 
     def records(self) -> list[tuple[int, str, float, float]]:
         return [(int(r), str(a), float(s), float(e))

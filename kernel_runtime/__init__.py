@@ -4,7 +4,8 @@ Importing this package starts nothing and does not import torch; the names below
 ``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``), ``profile``
 and ``calibrate`` (measure a model / a run into a ``flexpipe-problem/1``), ``demo_gpt`` and
 ``timed_model`` (models), ``reference_run`` (the single-process check), ``LaunchConfig`` (a
-launch's settings) and ``DEFAULT_HANDLERS`` (the executor's kind handlers).
+launch's settings), ``DEFAULT_HANDLERS`` (the executor's kind handlers) and ``tune`` (profile →
+auto → measure → calibrate → re-plan until the plan stops changing).
 """
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import importlib
 
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
            "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
-           "LaunchConfig", "DEFAULT_HANDLERS", "derive_comm", "models"]
+           "LaunchConfig", "DEFAULT_HANDLERS", "derive_comm", "models", "tune", "TuneResult",
+           "calibrate_runs"]
 
 _WHERE = {
     "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
     "PlanRefused": "launcher", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
     "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
     "reference_run": "data", "DEFAULT_HANDLERS": "executor", "LaunchConfig": "config", "derive_comm": "flexpipe_ui.passes",
+    "tune": "tuning", "TuneResult": "tuning", "calibrate_runs": "calibrate",
 }
 
 

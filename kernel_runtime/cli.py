@@ -1,8 +1,9 @@
-"""``flexpipe train`` and ``flexpipe profile``: the runtime from the command line.
+"""``flexpipe train``, ``flexpipe profile`` and ``flexpipe tune``: the runtime from the command line.
 
     flexpipe train --model demo-gpt --schedule zb-v --ranks 4 --microbatches 8 --steps 5 --check-reference
     flexpipe train --plan plan.json --steps 3
     flexpipe profile --model demo-gpt --ranks 4 --microbatches 8 -o problem.json
+    flexpipe tune --model demo-gpt --ranks 2 --microbatches 8 -o plan.json --write-problem fitted.json
 """
 from __future__ import annotations
 
@@ -75,11 +76,14 @@ def _train(args) -> int:
     h = launch(plan, model=spec, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
                dtype=dtype, capture_grads=check, timeout=args.timeout,
                timed=args.timed if args.timed else False)
+    predicted_peak = _predicted_peak(plan, args)
     try:
         for ev in h.events():
             loss = "n/a" if ev.loss is None else f"{ev.loss:.6f}"
             print(f"step {ev.step} loss {loss} step_time {ev.step_time:.4f} s "
                   f"makespan {ev.timeline.makespan:.2f} ms", flush=True)
+            if ev.timeline.peak_memory_measured and ev.step == 0:
+                print(_peak_line(ev.timeline.peak_memory_measured, predicted_peak), flush=True)
     except KeyboardInterrupt:
         h.stop()
         return 130
@@ -102,6 +106,52 @@ def _train(args) -> int:
     return 0
 
 
+def _predicted_peak(plan, args):
+    """Per-rank peak memory the simulator predicts from ``--problem`` (None without one)."""
+    path = getattr(args, "problem", None)
+    if not path:
+        return None
+    from flexpipe_ui.problem import load_problem
+    from flexpipe_ui.sim import simulate
+    return simulate(plan, load_problem(path)).metrics.peak_memory
+
+
+def _peak_line(measured, predicted) -> str:
+    """"peak memory MiB per rank: measured 12.3 / predicted 11.9, ..." (one line)."""
+    parts = []
+    for r, m in enumerate(measured):
+        p = f" / predicted {predicted[r]:.1f}" if predicted is not None else ""
+        parts.append(f"rank {r} measured {m:.1f}{p}")
+    return "peak memory (MiB): " + ", ".join(parts)
+
+
+def _tune(args) -> int:
+    from flexpipe_ui.planfile import save_plan
+    from flexpipe_ui.problem import save_problem
+
+    from .tuning import tune
+    args.layers = args.layers or 6
+    spec = _model(args)
+    if spec.batch_size % args.microbatches:
+        raise ValueError(f"--batch-size {spec.batch_size} does not split into {args.microbatches} microbatches")
+    from .launcher import WorkerError
+    from .profiler import ProfileError
+    try:
+        res = tune(spec, ranks=args.ranks, microbatches=args.microbatches, rounds=args.rounds,
+                   steps=args.steps, devices=args.devices, time_limit=args.time_limit,
+                   progress=lambda ev: print(f"[{ev.phase} {ev.round}] {ev.message}", flush=True))
+    except (WorkerError, ProfileError) as e:
+        print(f"flexpipe tune: worker error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(res.table())
+    save_plan(res.plan, args.output)
+    print(f"wrote {args.output}")
+    if args.write_problem:
+        save_problem(res.problem, args.write_problem)
+        print(f"wrote {args.write_problem}")
+    return 0
+
+
 def _profile(args) -> int:
     from .profiler import profile
     args.layers = args.layers or 6
@@ -110,9 +160,14 @@ def _profile(args) -> int:
     threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.devices == "cpu" else None
     prob = profile(spec, ranks=args.ranks, microbatches=args.microbatches, device=args.devices,
                    dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads)
+    from .costfields import cost_fields
+    cf = cost_fields(prob)
     for i, l in enumerate(prob.layers):
         print(f"layer {i:>2} {l.name:<12} f {l.f:8.3f} b {l.b:8.3f} w {l.w:8.3f} ms  act {l.act:8.3f} "
               f"mem {l.mem:8.3f} MiB")
+    ov = ", ".join(f"{k} {v:.3f}" for k, v in cf["overhead"].items())
+    print(f"comm {prob.comm:.3f} ms, bandwidth {cf['bandwidth'] or float('inf'):.3g} MiB/ms, "
+          f"comm_cpu {cf['comm_cpu'] or 0:.2f}, overhead per action (ms): {ov}")
     print(f"wrote {args.output}" if args.output else "(no -o: not written)")
     return 0
 
@@ -142,6 +197,8 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds a receive may wait")
     p.add_argument("--timed", type=float, default=None, metavar="MS",
                    help="run the sleeping model instead: each layer's F, I and W take MS ms")
+    p.add_argument("--problem", help="a flexpipe-problem/1 file: print its predicted peak memory per rank "
+                                     "beside the measured one")
     p.add_argument("--check-reference", action="store_true",
                    help="float64, and compare with a single-process step; last line max_grad_diff=<x>")
     p.set_defaults(func=_train)
@@ -154,4 +211,17 @@ def register(subparsers) -> None:
     q.add_argument("--repeats", type=int, default=5)
     q.add_argument("-o", "--output", help="problem file to write")
     q.set_defaults(func=_profile)
+
+    t = subparsers.add_parser("tune", help="profile, auto, measure, calibrate, re-plan until the plan is stable",
+                              description="Find a plan that is fast when measured: profile the model, search "
+                                          "a plan, run it, refit the cost model to the run, repeat.")
+    _common(t)
+    t.add_argument("--ranks", type=int, default=2)
+    t.add_argument("--microbatches", type=int, default=8)
+    t.add_argument("--rounds", type=int, default=3, help="at most this many measured rounds")
+    t.add_argument("--steps", type=int, default=4, help="measured steps per round (after one warm-up)")
+    t.add_argument("--time-limit", type=float, default=10.0, help="seconds of search per round")
+    t.add_argument("-o", "--output", required=True, help="plan file to write")
+    t.add_argument("--write-problem", help="also write the fitted problem here")
+    t.set_defaults(func=_tune)
 

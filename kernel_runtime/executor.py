@@ -23,6 +23,8 @@ from torch import nn
 from flexpipe_ui.ir import Action, Plan
 
 from flexpipe_ui.passes.comm import CommPlan, Message
+
+from .memory import SavedBytes, activation_bytes
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 
@@ -52,16 +54,19 @@ class MBState:
     saved: list | None = None              # tensors autograd saved, when the activation is offloaded
     copy_done: object = None               # CUDA event of the last offload/reload copy
     fused: bool = False                    # first stage on data: I deferred its work to W
+    held: int = 0                          # bytes of activation this microbatch holds (tracked)
 
 
 @dataclass
 class StepRecord:
-    """One rank's step: action (text, start ns, end ns), loss (last stage only), clock marks."""
+    """One rank's step: action (text, start ns, end ns), loss (last stage only), clock marks, and
+    the peak bytes of activation the rank held (``activation_bytes`` after each action)."""
 
     records: list[tuple[str, int, int]]
     loss: float | None
     t0: int
     t_end: int
+    peak_activation: int = 0
 
 
 def stage_forward(layers: list[nn.Module], x: torch.Tensor):
@@ -141,6 +146,9 @@ def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
     params = ex.body_params(a.stage, st)
     dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
     st.dleaf = dleaf
+    # the anchors' recorded gradients stay until W (the "act_w" of the cost model)
+    st.held += sum(g.numel() * g.element_size() for gs in st.pend.grads.values() for g in gs
+                   if isinstance(g, torch.Tensor))
     st.y = None                            # the graph lives on in st.pend until W
     ex.emit_input_grad(a, dleaf)
 
@@ -239,6 +247,8 @@ class RankExecutor:
         self.progress = progress
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
                        for s, ls in layers.items()}
+        self.saved = SavedBytes({p.untyped_storage().data_ptr() for ls in layers.values()
+                                 for l in ls for p in l.parameters()})
 
     # -- used by handlers -------------------------------------------------------------------------
     def stage_input(self, a: Action) -> torch.Tensor:
@@ -310,6 +320,7 @@ class RankExecutor:
                 p.grad = None
         timer = self.timer
         records = []
+        peak = 0
         t0 = timer.start_step()
         self.transport.start_step()
         for pos, a in enumerate(self.order):
@@ -321,16 +332,25 @@ class RankExecutor:
                 for msg in self.comm.needs.get(pos, ()):
                     self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
+                forward = a.kind.is_forward or a.kind.name == "R"    # R re-runs the forward with autograd
                 start = timer.mark()
-                self.handlers[a.kind.name](self, a, st)
+                if forward:
+                    with self.saved.hooks():
+                        self.handlers[a.kind.name](self, a, st)
+                else:
+                    self.handlers[a.kind.name](self, a, st)
                 end = timer.mark()
+                if forward:
+                    st.held = activation_bytes(self.saved.storages, st.x, st.y)
+                    self.saved.storages = {}
                 self.transport.flush()
             except Exception as e:
                 raise ActionError(self.rank, text, step, e) from e
             records.append((text, start, end))
+            peak = max(peak, sum(m.held for m in self.state.values()))
         self.transport.finish_step()
         loss = sum(self.losses) / self.M if self.S - 1 in self.layers else None
-        return StepRecord(timer.resolve(records), loss, t0, timer.now())
+        return StepRecord(timer.resolve(records), loss, t0, timer.now(), peak)
 
 
 class CpuTimer:

@@ -300,6 +300,9 @@ class RunHandle:
         t_min = min((s for _, _, s, _ in recs), default=0.0)
         recs = [(r, a, s - t_min, e - t_min) for r, a, s, e in recs]
         tl = Timeline.from_records(plan.ranks, recs, source="measured", schedule=plan.schedule)
+        if all(m.get("peak_mem") is not None for m in got.values()):
+            from dataclasses import replace
+            tl = replace(tl, peak_memory_measured=tuple(float(got[r]["peak_mem"]) for r in sorted(got)))
         tl.meta.update(step=msg["step"], plan_index=msg["task"], units="ms")
         t0 = min(m["t0"] for m in got.values())
         t1 = max(m["t_end"] for m in got.values())

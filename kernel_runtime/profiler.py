@@ -1,229 +1,277 @@
-"""Profiler and calibration: measured costs become a ``flexpipe-problem/1``.
+"""Profiler: what execution costs, measured into a ``flexpipe-problem/1``.
 
-``profile`` times every layer of a model on the current device, one microbatch at a time: forward
-(f), input-gradient backward (b, the runtime's I) and weight-gradient backward (w, the runtime's
-W), with the same split backward the executor runs, and counts the activation bytes autograd
-saves (activation memory) and the parameter/gradient/optimizer bytes (static memory).
-``calibrate`` reads measured timelines of a run back into per-layer costs and the cross-rank
-latency, so the simulator can be re-fitted to what actually happened.
-Units: milliseconds and MiB.
+``profile`` starts one worker process per rank (as ``launch`` does, with the worker's thread count)
+and every worker times every layer at the same time, so each measurement sees what a pipelined
+step sees: the other ranks computing on the same cores and memory. Per layer it measures F, I, W
+and a fused B through the executor's own handlers (``profile_time``), the activation it holds
+(``act``), what is still held after I (``act_w``) and the bytes it sends onward (``out``), and its
+static memory (``mem``: parameters + gradients + optimizer state). Once per run it measures the
+fixed cost of an action (``overhead``, subtracted from every layer's time) and, between ranks 0
+and 1 over the real backend, latency (``comm``), ``bandwidth`` and ``comm_cpu`` (``profile_comm``).
+Each figure is the median over repetitions (after warm-up, layers in rotated order), averaged over
+the workers. ``calibrate`` (re-exported) fits a problem to measured runs. Units: ms and MiB.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
+from flexpipe_ui.problem import Problem, save_problem
 
-from flexpipe_ui.ir import Plan
-from flexpipe_ui.problem import Layer, Problem, even_partition, save_problem
-from flexpipe_ui.timeline import Timeline
+from .calibrate import CalibrationError, calibrate, calibrate_runs
+from .costfields import _with_cost_fields
 
-__all__ = ["profile", "calibrate", "CalibrationError"]
+__all__ = ["profile", "calibrate", "calibrate_runs", "CalibrationError", "ProfileError"]
 
 _MIB = float(2 ** 20)
 
 
-class CalibrationError(ValueError):
-    """Timelines that cannot be read back into a problem (wrong plan, missing actions)."""
+class ProfileError(RuntimeError):
+    """A profiling worker failed or did not answer; the message names the rank."""
 
 
-def _sync(device) -> None:
+@dataclass
+class _ProfileJob:
+    """What a profiling worker needs (picklable)."""
+
+    model: Any
+    loss_fn: Any
+    sample_input: Any
+    targets: Any
+    microbatches: int
+    device: str
+    dtype: str
+    repeats: int
+    warmup: int
+    seed: int
+    threads: int | None
+    units: list = field(default_factory=list)
+    world: int = 1
+    port: int = 29500
+    spawned: bool = True
+
+
+def _sample(spec, job: _ProfileJob):
     import torch
-    if getattr(device, "type", str(device)) == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn, device) -> float:
-    _sync(device)
-    t = time.perf_counter()
-    out = fn()
-    _sync(device)
-    return (time.perf_counter() - t) * 1e3, out
-
-
-def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
-            microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5,
-            warmup: int = 1, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
-            comm: float = 0.0, memory_limit: float | None = None, threads: int | None = None) -> Problem:
-    """Measure per-layer f, b, w (ms, medians of ``repeats``), act and mem (MiB) of one microbatch.
-
-    ``model`` is what ``launch`` takes; ``sample_input``/``targets`` one microbatch (default: the
-    model's synthetic batch divided by ``microbatches``). Writes the problem to ``path`` if given.
-    ``threads``: CPU threads to time with (a worker of ``launch`` gets cores // ranks); on a busy
-    machine, more threads than free cores makes every kernel wait for its slowest thread.
-    """
-    import torch
-    if threads is not None:
-        old = torch.get_num_threads()
-        torch.set_num_threads(int(threads))
-        try:
-            return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
-                           microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
-                           warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
-                           memory_limit=memory_limit)
-        finally:
-            torch.set_num_threads(old)
-
-    from .executor import stage_forward
-    from .models import as_spec
-    from .split_backward import backward_input, backward_weight
-    from .worker import _dtype
-
-    spec = as_spec(model, loss_fn)
-    dt = _dtype(dtype) if isinstance(dtype, str) else dtype
-    dev = torch.device(device)
-    if sample_input is None:
-        gen = torch.Generator().manual_seed(seed)
-        bs = max(1, spec.batch_size // microbatches)
-        sample_input, targets = spec.batch(0, bs, gen)
-    if targets is None:
+    x, tgt = job.sample_input, job.targets
+    if x is None:
+        gen = torch.Generator().manual_seed(job.seed)
+        x, tgt = spec.batch(0, max(1, spec.batch_size // job.microbatches), gen)
+    if tgt is None:
         raise ValueError("profile needs targets for the loss of the last layer (targets=...)")
+    return x, tgt
+
+
+def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
+    """Time every layer (and the extra units) in this process; plain numbers out."""
+    import torch
+
+    from .models import as_spec
+    from .profile_comm import measure_comm
+    from .profile_time import action_overhead, time_units
+    from .worker import _dtype
+    spec = as_spec(job.model, job.loss_fn)
+    dt = _dtype(job.dtype) if isinstance(job.dtype, str) else job.dtype
+    dev = torch.device(job.device, rank % max(1, torch.cuda.device_count())) \
+        if job.device == "cuda" else torch.device(job.device)
+    x, tgt = _sample(spec, job)
     cast = lambda t: (t.to(dev, dt) if t.is_floating_point() else t.to(dev))
-    x, tgt = cast(sample_input), cast(targets)
-    layers = spec.layers(range(spec.num_layers), seed, device=dev, dtype=dt)
-    state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)   # weight + grad (+ 2 Adam moments)
-    out_layers = []
-    for i, layer in enumerate(layers):
-        last = i == len(layers) - 1
-        params = [p for p in layer.parameters() if p.requires_grad]
-        saved: dict[int, int] = {}
-        param_ptrs = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-
-        def pack(t):
-            st = t.untyped_storage()
-            if st.data_ptr() not in param_ptrs:
-                saved[st.data_ptr()] = st.nbytes()
-            return t
-
-        def fwd():
-            leaf, head, y = stage_forward([layer], x)
-            if last:
-                y = spec.loss_fn(y, tgt)
-            return leaf, head, y
-
-        fs, bs_, ws = [], [], []
-        for rep in range(warmup + repeats):
-            saved.clear()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                tf, (leaf, head, y) = _timed(fwd, dev)
-            gy = None if last else torch.randn_like(y)
-            if head is not None and leaf is y:      # an embedding alone: all of it is W
-                tb, tw = 0.0, _timed(lambda: torch.autograd.backward(head, gy), dev)[0]
-            else:
-                tb, (dleaf, pend) = _timed(lambda: backward_input(y, gy, leaf, params), dev)
-                def w_part():
-                    backward_weight(pend)
-                    if head is not None and dleaf is not None:
-                        torch.autograd.backward(head, dleaf)
-                tw = _timed(w_part, dev)[0]
-            if rep >= warmup:
-                fs.append(tf), bs_.append(tb), ws.append(tw)
-            act = sum(saved.values()) + (0 if last else y.numel() * y.element_size())
-            for p in layer.parameters():
-                p.grad = None
-        x = y.detach() if not last else x
-        mem = sum(p.numel() * p.element_size() for p in layer.parameters()) * state_factor
-        out_layers.append(Layer(f=statistics.median(fs), b=statistics.median(bs_), w=statistics.median(ws),
-                                act=act / _MIB, mem=mem / _MIB, name=f"{type(layer).__name__.lower()}{i}"))
-    prob = Problem(ranks=ranks, microbatches=microbatches, layers=tuple(out_layers), comm=comm,
-                   memory_limit=memory_limit,
-                   meta={"profiled": True, "model": spec.name, "device": str(dev), "dtype": str(dt),
-                         "units": "ms, MiB", "repeats": repeats, "torch": torch.__version__})
-    if path is not None:
-        save_problem(prob, path)
-    return prob
+    x, tgt = cast(x), cast(tgt)
+    layers = spec.layers(range(spec.num_layers), job.seed, device=dev, dtype=dt)
+    singles = [(i,) for i in range(spec.num_layers)]
+    extra = [tuple(u) for u in job.units if len(u) > 1]
+    t = time.perf_counter()
+    times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
+                       warmup=job.warmup, device=dev, between=between)
+    overhead = action_overhead(dev, dt)
+    comm = None
+    if job.world > 1:
+        c = measure_comm(rank, dev)
+        comm = None if c is None else {"latency": c.latency, "bandwidth": c.bandwidth,
+                                       "comm_cpu": c.comm_cpu, "samples": c.samples}
+    params = [[p.numel() * p.element_size() for p in l.parameters()] for l in layers]
+    return {"units": {u: vars(v) for u, v in times.items()}, "overhead": overhead, "comm": comm,
+            "params": [sum(p) for p in params], "names": [type(l).__name__.lower() for l in layers],
+            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
+            "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
 
 
-def _durations(timelines: Sequence[Timeline]) -> dict[tuple[int, str], list[float]]:
-    out: dict[tuple[int, str], list[float]] = {}
-    for tl in timelines:
-        for a, s, e in zip(tl.actions, tl.start, tl.end):
-            out.setdefault((a.stage, a.kind.name), []).append(float(e - s))
+def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
+    """Spawned entry point: join the group (if several), measure, report to the queue."""
+    from .worker import _die_with_parent
+    _die_with_parent()
+    try:
+        import torch
+        import torch.distributed as dist
+        from datetime import timedelta
+        if job.threads:
+            torch.set_num_threads(job.threads)
+        between = None
+        if job.world > 1:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = str(job.port)
+            backend = "nccl" if job.device == "cuda" else "gloo"
+            if job.device == "cuda":
+                torch.cuda.set_device(rank % torch.cuda.device_count())
+            dist.init_process_group(backend, rank=rank, world_size=job.world, timeout=timedelta(seconds=300))
+            between = lambda rep: dist.barrier()
+        res = _measure(job, rank, between)
+        if job.world > 1:
+            dist.barrier()
+            dist.destroy_process_group()
+        queue.put({"rank": rank, "ok": True, "result": res})
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        queue.put({"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()})
+
+
+def _run_workers(job: _ProfileJob, timeout: float) -> list[dict]:
+    import queue as _queue
+
+    import torch.multiprocessing as tmp
+
+    from .launcher import _free_port
+    job.port = _free_port()
+    ctx = tmp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_profile_worker, args=(r, job, q), daemon=True,
+                         name=f"kernel_runtime-profile{r}") for r in range(job.world)]
+    for p in procs:
+        p.start()
+    got: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < job.world:
+            try:
+                msg = q.get(timeout=0.2)
+            except _queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in got]
+                if dead:
+                    raise ProfileError(f"profiling worker {dead[0]} died (exit code {procs[dead[0]].exitcode})")
+                if time.monotonic() > deadline:
+                    raise ProfileError(f"profiling did not finish within {timeout:g} s")
+                continue
+            if not msg["ok"]:
+                raise ProfileError(f"profiling worker {msg['rank']} failed: {msg['error']}\n{msg['traceback']}")
+            got[msg["rank"]] = msg["result"]
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    return [got[r] for r in range(job.world)]
+
+
+def _combine(results: list[dict]) -> dict:
+    """Mean over workers of each unit's medians; memory and names from worker 0."""
+    base = results[0]
+    units = {}
+    for u, v in base["units"].items():
+        units[u] = dict(v)
+        for k in ("f", "b", "w", "bw"):
+            units[u][k] = statistics.fmean(r["units"][u][k] for r in results)
+        units[u]["spread"] = max(_spread(r["units"][u]["samples"]) for r in results)
+    ov = {k: statistics.fmean(r["overhead"][k] for r in results) for k in base["overhead"]}
+    comms = [r["comm"] for r in results if r.get("comm")]
+    comm = None
+    if comms:
+        comm = {"latency": comms[0]["latency"], "bandwidth": comms[0]["bandwidth"],
+                "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
+    return {**base, "units": units, "overhead": ov, "comm": comm}
+
+
+def _spread(samples: dict) -> float:
+    """Largest relative interquartile range of a unit's samples (the noise the median sits in)."""
+    out = 0.0
+    for vals in samples.values():
+        if len(vals) >= 4 and statistics.median(vals) > 0:
+            q = statistics.quantiles(vals, n=4)
+            out = max(out, (q[2] - q[0]) / statistics.median(vals))
     return out
 
 
-def _comm_estimate(tl: Timeline, plan: Plan) -> list[float]:
-    """Gaps between a cross-rank producer's end and its consumer's start, where the consumer waited."""
-    sched = plan.schedule
-    place = sched.placement
-    when = {str(a): (int(r), float(s), float(e)) for a, r, s, e in zip(tl.actions, tl.rank, tl.start, tl.end)}
-    prev_end: dict[str, float] = {}
-    for r, row in enumerate(sched.order):
-        last = 0.0
-        for a in row:
-            k = str(a)
-            if k in when:
-                prev_end[k] = last
-                last = when[k][2]
-    gaps = []
-    for a in tl.actions:
-        k = str(a)
-        r, s, e = when[k]
-        dep = None
-        if a.kind.is_forward and a.stage > 0 and place[a.stage - 1] != r:
-            dep = f"{a.stage - 1}F{a.microbatch}"
-        elif a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
-            dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")
-                        if d in when), None)
-        if dep is None or dep not in when:
-            continue
-        dep_end = when[dep][2]
-        if s > prev_end.get(k, 0.0) + 1e-9 and dep_end >= prev_end.get(k, 0.0):   # it waited for dep
-            gaps.append(max(0.0, s - dep_end))
-    return gaps
+def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
+            microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 7,
+            warmup: int = 2, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
+            comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
+            processes: int | None = None, stages: Sequence[Sequence[int]] = (),
+            timeout: float = 900.0) -> Problem:
+    """Measure per-layer f, b, w, bw (ms), act, act_w, out, mem (MiB), and the problem's overhead,
+    comm, bandwidth and comm_cpu; one microbatch of ``model`` (what ``launch`` takes).
+
+    ``processes``: profiling workers started at once (default ``ranks``; 0 = time in this process,
+    no communication measured). ``threads``: CPU threads per worker (default, as ``launch``:
+    cores // ranks). ``stages``: extra layer groups timed whole (``meta["stages"]``, to check that
+    layers add up). ``comm`` overrides the measured latency. Writes the problem to ``path`` if given.
+    """
+    nproc = ranks if processes is None else int(processes)
+    if threads is None and device == "cpu":
+        threads = max(1, (os.cpu_count() or 1) // max(1, ranks))
+    job = _ProfileJob(model, loss_fn, sample_input, targets, microbatches, device,
+                      dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."),
+                      int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc),
+                      spawned=nproc > 0)
+    if nproc <= 0:
+        import torch
+        old = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(int(threads))
+        try:
+            results = [_measure(job, 0)]
+        finally:
+            torch.set_num_threads(old)
+    else:
+        from .launcher import PlanRefused, _check_sendable
+        try:
+            _check_sendable(job)
+        except PlanRefused as e:
+            import warnings
+            warnings.warn(f"profiling in this process, without the other ranks' contention or a "
+                          f"communication measurement: {e}", stacklevel=2)
+            return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
+                           microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
+                           warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
+                           memory_limit=memory_limit, threads=threads, processes=0, stages=stages)
+        results = _run_workers(job, timeout)
+    return _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
+                     memory_limit=memory_limit, path=path)
 
 
-def calibrate(timelines: Timeline | Sequence[Timeline], plan: Plan, problem: Problem | None = None) -> Problem:
-    """A problem fitted to measured timelines of ``plan``: per-stage medians of F, I, W (B split by
-    the base problem's b:w ratio, else evenly), spread over the stage's layers in proportion to the
-    base problem (else evenly), and ``comm`` from the measured waits on cross-rank dependencies.
-    Memory (act, mem) comes from ``problem`` when given."""
-    tls = [timelines] if isinstance(timelines, Timeline) else list(timelines)
-    if not tls:
-        raise CalibrationError("no timelines to calibrate from")
-    sched = plan.schedule
-    n_layers = plan.num_layers or (problem.num_layers if problem else sched.num_stages)
-    part = plan.partition or even_partition(n_layers, sched.num_stages)
-    if problem is not None and problem.num_layers != n_layers:
-        raise CalibrationError(f"the problem has {problem.num_layers} layers but the plan covers {n_layers}")
-    d = _durations(tls)
-    med = {k: float(np.median(v)) for k, v in d.items()}
-    layers: list[Layer | None] = [None] * n_layers
-    for s, lay in enumerate(part):
-        f = med.get((s, "F"))
-        if f is None:
-            raise CalibrationError(f"the timelines have no F of stage {s}: are they from this plan?")
-        base = [problem.layers[i] for i in lay] if problem else None
-        if (s, "I") in med or (s, "W") in med:
-            b, w = med.get((s, "I"), 0.0), med.get((s, "W"), 0.0)
-        elif (s, "B") in med:
-            tot = med[(s, "B")]
-            bb = sum(l.b for l in base) if base else 0.0
-            ww = sum(l.w for l in base) if base else 0.0
-            frac = bb / (bb + ww) if bb + ww > 0 else 0.5
-            b, w = tot * frac, tot * (1 - frac)
-        else:
-            raise CalibrationError(f"the timelines have no backward of stage {s}")
-        for key, total in (("f", f), ("b", b), ("w", w)):
-            weights = [getattr(l, key) for l in base] if base else [1.0] * len(lay)
-            if sum(weights) <= 0:
-                weights = [1.0] * len(lay)
-            for j, i in enumerate(lay):
-                cur = layers[i] or {}
-                if isinstance(cur, Layer):
-                    cur = {}
-                cur[key] = total * weights[j] / sum(weights)
-                layers[i] = cur
-    out = []
-    for i, vals in enumerate(layers):
-        bl = problem.layers[i] if problem else None
-        out.append(Layer(f=vals["f"], b=vals["b"], w=vals["w"], act=bl.act if bl else 0.0,
-                         mem=bl.mem if bl else 0.0, name=bl.name if bl else f"layer{i}"))
-    gaps = [g for tl in tls for g in _comm_estimate(tl, plan)]
-    comm = float(np.median(gaps)) if gaps else 0.0
-    return Problem(ranks=sched.ranks, microbatches=sched.microbatches, layers=tuple(out), comm=comm,
-                   memory_limit=problem.memory_limit if problem else None,
-                   meta={"calibrated_from": len(tls), "units": "ms, MiB"})
+def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path) -> Problem:
+    ov = res["overhead"]
+    state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
+    less = lambda t, k: max(t - ov[k], 1e-4)                   # the fixed part is the problem's overhead
+    layers, extras = [], []
+    for i, name in enumerate(res["names"]):
+        u = res["units"][(i,)]
+        b = 0.0 if u["deferred"] else less(u["b"], "I")
+        layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
+                       "mem": res["params"][i] * state_factor / _MIB, "name": f"{name}{i}"})
+        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB, "out": u["out"] / _MIB})
+    c = res["comm"]
+    stages = [{"layers": list(u), **{k: res["units"][u][k] for k in ("f", "b", "w", "bw")}}
+              for u in res["units"] if len(u) > 1]
+    meta = {"profiled": True, "model": res["model"], "device": res["device"], "dtype": res["dtype"],
+            "units": "ms, MiB", "repeats": job.repeats, "warmup": job.warmup, "torch": res["torch"],
+            "threads": res["threads"], "processes": job.world if job.spawned else 0,
+            "spread": max(u["spread"] for u in res["units"].values()),
+            "overhead_measured": dict(ov)}
+    if stages:
+        meta["stages"] = stages
+    if c is not None:
+        meta["comm_samples"] = [list(p) for p in c["samples"]]
+    d = {"ranks": ranks, "microbatches": job.microbatches, "layers": layers,
+         "comm": float(comm if comm is not None else (c["latency"] if c else 0.0)), "meta": meta}
+    if memory_limit is not None:
+        d["memory_limit"] = memory_limit
+    bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None
+    prob = _with_cost_fields(d, bandwidth=bw, overhead=ov, comm_cpu=c["comm_cpu"] if c else None,
+                             layers=extras)
+    if path is not None:
+        save_problem(prob, path)
+    return prob

@@ -150,6 +150,16 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
     return shapes
 
 
+def _peak_memory_mib(device, rec, params, opt) -> float:
+    """This step's peak memory of the rank, MiB: CUDA's ``max_memory_allocated`` on a GPU; on CPU
+    the activation peak the executor tracked + parameters, gradients and optimizer state."""
+    import torch
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    from .memory import static_bytes
+    return (rec.peak_activation + static_bytes(params, opt)) / 2 ** 20
+
+
 _DTYPES = ["torch.float32", "torch.float64", "torch.bfloat16", "torch.float16"]
 
 
@@ -213,6 +223,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
             if progress:
                 ex.progress = lambda pos, ti=ti, step=step: progress(ti, step, pos)
             dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             rec = ex.run_step(inputs if 0 in mine else None,
                               targets if sched.num_stages - 1 in mine else None, step)
             grads = None
@@ -224,7 +236,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
                 opt.step()
             t_end = timer.now()
             report({"type": "step", "rank": rank, "task": ti, "step": step, "loss": rec.loss,
-                    "records": rec.records, "t0": rec.t0, "t_end": t_end, "grads": grads})
+                    "records": rec.records, "t0": rec.t0, "t_end": t_end, "grads": grads,
+                    "peak_mem": _peak_memory_mib(device, rec, params, opt)})
         del ex, layers, params, opt
     dist.barrier()
     report({"type": "done", "rank": rank})

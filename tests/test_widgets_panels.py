@@ -96,6 +96,12 @@ def test_launch_panel_trains_and_draws_measured():
     bars = [t for t in panel.meas_fig.data if t.type == "bar" and t.name != "idle"]
     assert sum(len(t.base) for t in bars) == plan.schedule.num_actions
     assert "finished 2 steps" in panel.status and not panel.running
+    # measured peak memory per rank in the measured Gantt's title; re-fit from the run
+    assert panel.measured.peak_memory_measured and "measured peak" in panel.meas_fig.layout.title.text
+    assert not panel.btn_refit.disabled
+    panel.btn_refit.click()
+    assert panel.fitted is not None and panel.fitted.num_layers == plan.schedule.num_stages
+    assert "re-fitted" in panel.status and "re-fitted" in panel.pred_fig.layout.title.text
 
 
 @pytest.mark.timeout(180)

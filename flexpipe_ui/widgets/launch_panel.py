@@ -82,6 +82,9 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
                                     description="devices", layout=w.Layout(width="180px"))
         self.btn_start = w.Button(description="Start", icon="play", button_style="success")
         self.btn_stop = w.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
+        self.btn_refit = w.Button(description="Re-fit from this run", icon="sliders", disabled=True,
+                                  tooltip="calibrate the cost model on this run's measured timelines")
+        self.fitted: Problem | None = None
         self.w_status = w.HTML()
         self.loss_fig = go.FigureWidget(
             data=[go.Scatter(x=[], y=[], mode="lines+markers", name="loss"),
@@ -98,9 +101,10 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.out = w.Output()
         self.btn_start.on_click(self._guard(lambda _b: self.start()))
         self.btn_stop.on_click(self._guard(lambda _b: self.stop()))
+        self.btn_refit.on_click(self._guard(lambda _b: self.refit()))
         self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
         self.widget = w.VBox([
-            w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop]),
+            w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop, self.btn_refit]),
             self.w_status, self.loss_fig, w.HBox([self.pred_fig, self.meas_fig]), self.out])
         self._on_state(None)
 
@@ -213,7 +217,10 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         # a speedup against the prediction only means something in the same unit (a profiled
         # problem, in ms); the uniform reference costs have no unit
         base = ("predicted", pred) if self.problem is not None else None
-        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured (ms), step {step}",
+        title = f"measured (ms), step {step}"
+        if tl.peak_memory_measured and self.problem is not None:
+            title += " · predicted peak " + " / ".join(f"{p:.4g}" for p in self.predicted.metrics.peak_memory)
+        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=title,
                            width=self.pred_fig.layout.width)
         span = max(pred, m.makespan)
         with self.meas_fig.batch_update():
@@ -223,10 +230,34 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
             self.meas_fig.layout.xaxis.range = [0, span]
         self.pred_fig.layout.xaxis.range = [0, span]
 
+    def refit(self) -> Problem:
+        """Calibrate the cost model on this run's measured timelines (``kernel_runtime.calibrate``,
+        the first step left out as warm-up) and redraw the prediction with the fitted problem."""
+        from kernel_runtime.calibrate import calibrate
+
+        from ..gantt import gantt_figure
+        from ..sim import simulate
+        tls = [t for t in (_get(e, "timeline") for e in self.events) if t is not None]
+        if not tls:
+            raise ValueError("no measured step yet: run the plan first")
+        before = self.predicted.makespan
+        self.fitted = calibrate(tls[1:] or tls, self.plan, self.problem)
+        self.predicted = simulate(self.plan, self.fitted)
+        fig = gantt_figure(self.predicted, title="predicted (re-fitted from the run)", memory=False,
+                           width=self.pred_fig.layout.width)
+        with self.pred_fig.batch_update():
+            self.pred_fig.data = []
+            self.pred_fig.add_traces(list(fig.data))
+            self.pred_fig.layout.update(fig.layout.to_plotly_json())
+        self.status = (f"re-fitted from {len(tls)} step(s): predicted makespan {before:.4g} → "
+                       f"{self.predicted.makespan:.4g} (panel.fitted holds the problem)")
+        return self.fitted
+
     # -- plumbing -------------------------------------------------------------------------------
     def _on_state(self, change) -> None:
         self.btn_start.disabled = self.running
         self.btn_stop.disabled = not self.running
+        self.btn_refit.disabled = self.running or self.measured is None
         self.w_status.value = f"<div style='font:12px monospace'>{self.status}</div>"
 
     def __repr__(self) -> str:

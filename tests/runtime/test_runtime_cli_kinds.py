@@ -18,14 +18,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
-def test_cli_train_check_reference():
+def test_cli_train_check_reference(tmp_path):
+    from flexpipe_ui.problem import save_problem
+
+    from kernel_runtime.models import demo_gpt, demo_gpt_problem
+    prob = tmp_path / "p.json"       # memory figures of the same 6-layer model, for the predicted peak
+    save_problem(demo_gpt_problem(demo_gpt(seq=8, dim=16, n_blocks=4, batch_size=8), ranks=2,
+                                  microbatches=4), prob)
     out = subprocess.run([sys.executable, "-m", "flexpipe_ui.cli", "train", "--model", "demo-gpt",
                           "--schedule", "gpipe", "--ranks", "2", "--microbatches", "4", "--steps", "2",
-                          "--dim", "16", "--seq", "8", "--batch-size", "8", "--check-reference"],
+                          "--dim", "16", "--seq", "8", "--batch-size", "8", "--check-reference",
+                          "--problem", str(prob)],
                          cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert sum(l.startswith("step ") for l in lines) == 2
+    peak = [l for l in lines if l.startswith("peak memory (MiB): ")]
+    assert len(peak) == 1 and "rank 0 measured" in peak[0] and "rank 1 measured" in peak[0]
+    assert peak[0].count("predicted") == 2
     assert lines[-1].startswith("max_grad_diff=")
     assert float(lines[-1].split("=")[1]) <= 1e-10
 

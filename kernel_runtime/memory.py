@@ -1,0 +1,76 @@
+"""Memory accounting of the runtime on CPU: the bytes a rank holds, counted as the profiler counts.
+
+``SavedBytes`` records the storages autograd saves during a forward; ``activation_bytes`` is what
+one (stage, microbatch) holds after F (saved storages ∪ output, less the input: the input is its
+producer's output, so per-layer figures add up over a stage); ``static_bytes`` is parameters +
+gradients + optimizer state as they exist. The executor sums ``activation_bytes`` (plus the anchor
+gradients I records for W) over live microbatches after every action; its peak plus
+``static_bytes`` is a worker's measured peak memory on CPU (on CUDA: ``max_memory_allocated``).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["SavedBytes", "activation_bytes", "static_bytes"]
+
+
+class SavedBytes:
+    """``saved_tensors_hooks`` that record the storages autograd saves during a forward (parameters
+    excluded): a stage's activation is these storages plus its output, less its input."""
+
+    def __init__(self, param_ptrs: set[int]):
+        self.param_ptrs = param_ptrs
+        self.storages: dict[int, int] = {}
+
+    def pack(self, t):
+        try:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in self.param_ptrs:
+                self.storages[ptr] = st.nbytes()
+        except (RuntimeError, NotImplementedError):      # tensors without storage (sparse, meta)
+            pass
+        return t
+
+    def hooks(self):
+        self.storages = {}
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+
+def _storage(t) -> tuple[int, int] | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def activation_bytes(saved: dict[int, int], x, y) -> int:
+    """Bytes one (stage, microbatch) holds after F: saved storages ∪ output, minus the input's
+    storage (counted as the producer's output; per-layer figures then add up over a stage)."""
+    held = dict(saved)
+    out = _storage(y)
+    if out is not None and y.dim() > 0:
+        held[out[0]] = out[1]
+    inp = _storage(x)
+    if inp is not None:
+        held.pop(inp[0], None)
+    return int(sum(held.values()))
+
+
+def static_bytes(params, optimizer=None) -> int:
+    """Parameters + their gradients + the optimizer's state tensors, as they are now."""
+    seen: set[int] = set()
+    total = 0
+    tensors = list(params) + [p.grad for p in params if p.grad is not None]
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        s = _storage(t)
+        if s is not None and s[0] not in seen:
+            seen.add(s[0])
+            total += s[1]
+    return total

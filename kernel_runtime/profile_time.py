@@ -1,0 +1,192 @@
+"""Timing layers through the executor's own handlers, in the process that calls it.
+
+A ``_Probe`` stands in for ``RankExecutor`` for one *unit* (a layer, or a whole stage) alone: its
+input and its output gradient are in memory, nothing is sent. Each repetition runs the unit's
+F → I → W (split backward) and F → B (fused) with the very handlers ``executor.DEFAULT_HANDLERS`` the
+pipelined run calls, so per-action Python work (the split backward's graph walk, hooks, the loss)
+is timed as it runs there. Units are visited in a rotated order each repetition to spread drift
+and cache state over all of them; the statistic is the median over repetitions.
+Units: ms and bytes.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from flexpipe_ui.ir import parse_action
+
+from .executor import DEFAULT_HANDLERS as HANDLERS, MBState
+from .memory import SavedBytes, activation_bytes
+
+__all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
+
+
+@dataclass
+class UnitTimes:
+    """Medians (ms) of one unit's actions and its memory (bytes) for one microbatch."""
+
+    f: float
+    b: float
+    w: float
+    bw: float
+    act: int
+    act_w: int
+    out: int
+    deferred: bool = False                   # first unit on data: I deferred its work to W
+    samples: dict = field(default_factory=dict)
+
+
+class _Probe:
+    """The part of ``RankExecutor`` that the F/I/W/B handlers use, for one unit alone."""
+
+    def __init__(self, layers: list[nn.Module], loss_fn, x, target, gy, first_on_data: bool, last: bool):
+        self.stage = 0 if first_on_data else 1
+        self.layers = {self.stage: layers}
+        self.S = self.stage + (1 if last else 2)
+        self.loss_fn, self.x, self.target, self.gy, self.last = loss_fn, x, target, gy, last
+        self.offload, self.recompute = set(), set()
+        self.params = [p for l in layers for p in l.parameters() if p.requires_grad]
+        self.param_ids = {self.stage: {id(p) for p in self.params}}
+        self.saved = SavedBytes({p.untyped_storage().data_ptr() for l in layers for p in l.parameters()})
+        dtype = self.params[0].dtype if self.params else torch.float32
+        self.loss_scale = torch.tensor(1.0, dtype=dtype, device=x.device)
+
+    def action(self, kind: str):
+        return parse_action(f"{self.stage}{kind}0")
+
+    # -- the executor's interface ------------------------------------------------------------------
+    def stage_input(self, a):
+        return self.x
+
+    def maybe_loss(self, a, y, record: bool = True):
+        return self.loss_fn(y, self.target) if self.last else y
+
+    def emit_output(self, a, y):
+        self.y_out = y
+
+    def output_grad(self, a):
+        return self.loss_scale if self.last else self.gy
+
+    def emit_input_grad(self, a, dx):
+        self.dx = dx
+
+    def body_params(self, stage, st):
+        return self.params
+
+    def release(self, a):
+        pass
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable, device) -> float:
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return (time.perf_counter() - t) * 1e3
+
+
+def unit_inputs(layers: list[nn.Module], units: Sequence[Sequence[int]], x, loss_fn, target):
+    """(input, output-gradient) of every unit: one no-grad pass through the model in order."""
+    from .executor import stage_forward
+    ins, gys = {}, {}
+    h = x
+    outs = {}
+    with torch.no_grad():
+        for i, layer in enumerate(layers):
+            outs[i] = h
+            h = layer(h)
+        outs[len(layers)] = h
+    for u in units:
+        u = tuple(u)
+        ins[u] = outs[u[0]]
+        y = outs[u[-1] + 1]
+        gys[u] = torch.randn_like(y) * 1e-3 if y.is_floating_point() and u[-1] + 1 < len(layers) else None
+    return ins, gys
+
+
+def _one_rep(p: _Probe, device) -> dict:
+    """F, I, W then F, B of the unit; the times (ms) and bytes held."""
+    st = MBState()
+    with p.saved.hooks():
+        tf = _timed(lambda: HANDLERS["F"](p, p.action("F"), st), device)
+    out = p.y_out if not p.last else None
+    act = activation_bytes(p.saved.storages, st.x, st.y if not p.last else None)
+    ti = _timed(lambda: HANDLERS["I"](p, p.action("I"), st), device)
+    act_w = act + (sum(g.numel() * g.element_size() for gs in st.pend.grads.values() for g in gs
+                       if isinstance(g, torch.Tensor)) if st.pend is not None else 0)
+    deferred = st.fused
+    tw = _timed(lambda: HANDLERS["W"](p, p.action("W"), st), device)
+    st2 = MBState()
+    tf2 = _timed(lambda: HANDLERS["F"](p, p.action("F"), st2), device)
+    tb = _timed(lambda: HANDLERS["B"](p, p.action("B"), st2), device)
+    for q in p.params:
+        q.grad = None
+    nout = 0 if out is None else out.numel() * out.element_size()
+    return {"f": (tf, tf2), "b": ti, "w": tw, "bw": tb, "act": act, "act_w": act_w, "out": nout,
+            "deferred": deferred}
+
+
+def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, target, loss_fn, *,
+               repeats: int = 7, warmup: int = 2, device=None,
+               between: Callable[[int], None] | None = None) -> dict[tuple, UnitTimes]:
+    """Median F, I, W, B (ms) and bytes of each unit (a tuple of layer indices, contiguous).
+
+    ``between(rep)`` runs before each repetition (the profiling workers' barrier)."""
+    device = device or x.device
+    units = [tuple(u) for u in units]
+    ins, gys = unit_inputs(layers, units, x, loss_fn, target)
+    n = len(layers)
+    probes = {u: _Probe([layers[i] for i in u], loss_fn, ins[u], target, gys[u],
+                        first_on_data=(u[0] == 0 and not x.is_floating_point()), last=(u[-1] == n - 1))
+              for u in units}
+    got: dict[tuple, list[dict]] = {u: [] for u in units}
+    for rep in range(warmup + repeats):
+        if between is not None:
+            between(rep)
+        k = rep % len(units)
+        for u in units[k:] + units[:k]:           # rotated: drift spreads over every unit
+            r = _one_rep(probes[u], device)
+            if rep >= warmup:
+                got[u].append(r)
+    out = {}
+    for u, rs in got.items():
+        med = lambda key: statistics.median(v for r in rs for v in (r[key] if isinstance(r[key], tuple)
+                                                                    else (r[key],)))
+        deferred = rs[0]["deferred"]
+        out[u] = UnitTimes(f=med("f"), b=0.0 if deferred else med("b"), w=med("w"), bw=med("bw"),
+                           act=int(rs[-1]["act"]), act_w=int(rs[-1]["act_w"]), out=int(rs[-1]["out"]),
+                           deferred=deferred,
+                           samples={k: [r[k] for r in rs] for k in ("b", "w", "bw")} |
+                           {"f": [v for r in rs for v in r["f"]]})
+    return out
+
+
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def action_overhead(device, dtype, *, repeats: int = 30) -> dict[str, float]:
+    """Fixed cost (ms) of one F, I, W, B through the handlers on a layer that computes ~nothing."""
+    torch.manual_seed(0)
+    layer = _Tiny().to(device=device, dtype=dtype)
+    x = torch.randn(1, 4, device=device, dtype=dtype)
+    loss = lambda y, t: (y - t).pow(2).mean()
+    t = torch.zeros(1, 4, device=device, dtype=dtype)
+    times = time_units([layer, _Tiny().to(device=device, dtype=dtype)], [(0,)], x, t, loss,
+                       repeats=repeats, warmup=5, device=device)[(0,)]
+    return {"F": times.f, "I": times.b, "W": times.w, "B": times.bw}

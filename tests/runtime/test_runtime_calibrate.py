@@ -1,0 +1,145 @@
+"""calibrate refits the cost model from measured timelines (torch-free, fast): per-kind scale
+factors, comm, overhead and activation memory come back from synthetic runs of several plans."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from flexpipe_ui.library import build_named
+from flexpipe_ui.problem import Layer, Problem, load_problem, save_problem
+from flexpipe_ui.sim import simulate
+
+from kernel_runtime.calibrate import CalibrationError, _fit_overhead, calibrate, calibrate_runs
+from kernel_runtime.costfields import _with_cost_fields, cost_fields, problem_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _base(n=8):
+    return Problem(ranks=2, microbatches=4, comm=0.0,
+                   layers=tuple(Layer(f=1.0 + i % 3, b=1.0 + (i % 2), w=0.5 + 0.25 * (i % 4), act=1.0 + i,
+                                      mem=2.0, name=f"l{i}") for i in range(n)))
+
+
+def _scaled(p: Problem, sf, sb, sw, comm) -> Problem:
+    return p.with_(comm=comm, layers=tuple(replace(l, f=l.f * sf, b=l.b * sb, w=l.w * sw) for l in p.layers))
+
+
+def _measured(plan, prob, peaks=None):
+    tl = simulate(plan, prob).timeline
+    return replace(tl, source="measured", peak_memory_measured=peaks)
+
+
+def test_calibrate_recovers_known_scale_factors_from_several_plans():
+    base = _base()
+    truth = _scaled(base, 1.3, 0.8, 1.5, comm=0.4)
+    plans = [build_named(n, base) for n in ("1f1b", "zb-h1", "interleaved-1f1b")]
+    runs = [(p, [_measured(p, truth)]) for p in plans]
+    got = calibrate_runs(runs, base, fit_overhead=False)
+    assert got.comm == pytest.approx(0.4)
+    for lg, lt in zip(got.layers, truth.layers):
+        for k in "fbw":
+            assert getattr(lg, k) == pytest.approx(getattr(lt, k)), (k, lg, lt)
+    # a plan none of the runs used is predicted as the truth predicts it
+    other = build_named("zb-v", base)
+    assert simulate(other, got).makespan == pytest.approx(simulate(other, truth).makespan)
+    cal = got.meta["calibration"]
+    assert cal["plans"] == 3 and cal["kind_scale"]["F"] == pytest.approx(1.3)
+    assert cal["kind_scale"]["I"] == pytest.approx(0.8) and cal["kind_scale"]["W"] == pytest.approx(1.5)
+    # 1F1B's fused B: each of its stages' bw sums to that stage's measured B (= b + w of the truth)
+    bw = [e["bw"] for e in cost_fields(got)["layers"]]
+    for lay in plans[0].partition:
+        assert sum(bw[i] for i in lay) == pytest.approx(sum(truth.layers[i].b + truth.layers[i].w for i in lay))
+
+
+def test_calibrate_with_fused_backward_refits_bw_and_keeps_the_split():
+    base = _base()
+    truth = _scaled(base, 1.0, 2.0, 2.0, comm=0.0)
+    plan = build_named("1f1b", base)            # fused B: measured B = 2 (b + w)
+    got = calibrate(_measured(plan, truth), plan, base)
+    cf = cost_fields(got)
+    for i, (lg, lb) in enumerate(zip(got.layers, base.layers)):
+        assert cf["layers"][i]["bw"] == pytest.approx(2 * (lb.b + lb.w))
+        assert lg.b / lg.w == pytest.approx(lb.b / lb.w)        # only fused runs: the b:w split is kept
+
+
+def test_overhead_fit_recovers_the_fixed_part():
+    a, o = 1.7, 0.35
+    obs = [("F", (i,), a * w + o, w) for i, w in enumerate([1.0, 2.0, 3.5, 5.0])]
+    got = _fit_overhead(obs, {"F": 0.0, "I": 0.1, "W": 0.0, "B": 0.0})
+    assert got["F"] == pytest.approx(o) and got["I"] == 0.1          # I: no points, kept
+    # stages of one size cannot tell overhead from work: kept as profiled
+    same = [("W", (i,), 2.0 + 0.01 * i, 1.0) for i in range(4)]
+    assert _fit_overhead(same, {"F": 0, "I": 0, "W": 0.2, "B": 0})["W"] == 0.2
+
+
+def test_activation_memory_is_scaled_to_measured_peaks():
+    base = _base()
+    plan = build_named("zb-h1", base)
+    m = simulate(plan, base).metrics
+    peaks = tuple(s + 1.5 * a for s, a in zip(m.static_memory, m.peak_activation))
+    got = calibrate(_measured(plan, base, peaks), plan, base)
+    assert got.meta["calibration"]["act_scale"] == pytest.approx(1.5)
+    assert simulate(plan, got).metrics.peak_memory == pytest.approx(peaks)
+
+
+def test_calibrate_refuses_timelines_of_another_plan():
+    base = _base()
+    tl = _measured(build_named("1f1b", base), base)
+    with pytest.raises(CalibrationError, match="stage"):
+        calibrate(tl, build_named("interleaved-1f1b", base), base)
+    with pytest.raises(CalibrationError, match="no timelines"):
+        calibrate_runs([], base)
+
+
+def test_cost_fields_round_trip_through_a_problem_file(tmp_path):
+    d = problem_dict(_base(3))
+    p = _with_cost_fields(d, bandwidth=2.5, overhead={"F": 0.1, "I": 0.2, "W": 0.05, "B": 0.2}, comm_cpu=0.3,
+                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 1.5}, {"out": 0.5}, {"bw": None}])
+    path = tmp_path / "p.json"
+    save_problem(p, path)
+    cf = cost_fields(load_problem(path))
+    assert cf["bandwidth"] == 2.5 and cf["comm_cpu"] == 0.3 and cf["overhead"]["I"] == 0.2
+    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 1.5}
+    assert cf["layers"][1]["out"] == 0.5 and cf["layers"][2]["bw"] is None
+    assert cost_fields(_base(2))["overhead"] == {} and cost_fields(_base(2))["bandwidth"] is None
+
+
+def test_calibrate_imports_without_torch():
+    code = ("import sys, kernel_runtime.calibrate, kernel_runtime.costfields; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_executors_time_between_actions_becomes_overhead():
+    base = _base()
+    plan = build_named("zb-h1", base)
+    g = 0.25                      # each stage's action took work + g on the rank, only work was timed
+    padded = base.with_(layers=tuple(replace(l, f=l.f + g / 4, b=l.b + g / 4, w=l.w + g / 4)
+                                     for l in base.layers))
+    tl = simulate(plan, padded).timeline
+    measured = replace(tl, source="measured", end=tl.end - g)
+    got = calibrate(measured, plan, base)
+    assert got.meta["calibration"]["loop_gap"] == pytest.approx(g)
+    assert cost_fields(got)["overhead"] == pytest.approx({k: g for k in "FIWB"})
+    for lay in plan.partition:
+        for k in "fbw":
+            assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
+                sum(getattr(base.layers[i], k) for i in lay))
+
+
+def test_latency_and_bandwidth_fit():
+    pytest.importorskip("torch")
+    from kernel_runtime.profile_comm import fit_latency_bandwidth
+    pts = [(mib, 0.08 + mib / 2.5) for mib in (0.0, 0.0625, 1.0, 4.0)]
+    lat, bw = fit_latency_bandwidth(pts)
+    assert lat == pytest.approx(0.08) and bw == pytest.approx(2.5)
+    # flat or single points: latency only, infinite bandwidth; never a negative latency
+    assert fit_latency_bandwidth([(1.0, 0.3)]) == (0.3, float("inf"))
+    lat, bw = fit_latency_bandwidth([(0.0, 0.01), (4.0, 2.0), (8.0, 4.2)])
+    assert lat >= 0 and bw > 0

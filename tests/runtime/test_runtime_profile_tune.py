@@ -1,0 +1,102 @@
+"""The profiler (in worker processes, through the executor's handlers), measured memory in the
+run's timelines, and ``tune`` end to end on a tiny real model over 2 gloo processes. No timing
+assertions: times are checked for presence, sign and finiteness only."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow            # multi-process
+
+
+def _tiny():
+    from kernel_runtime.models import demo_gpt
+    return demo_gpt(vocab=64, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
+
+
+def _finite_pos(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.timeout(180)
+def test_profile_measures_every_cost_field_in_worker_processes():
+    from kernel_runtime.costfields import cost_fields
+    from kernel_runtime.profiler import profile
+    spec = _tiny()
+    prob = profile(spec, ranks=2, microbatches=2, repeats=3, warmup=1, stages=[(1, 2)])
+    cf = cost_fields(prob)
+    n = spec.num_layers
+    assert prob.num_layers == n and prob.meta["processes"] == 2 and prob.meta["threads"] >= 1
+    assert all(_finite_pos(l.f) and _finite_pos(l.w) and l.act > 0 and l.mem > 0 for l in prob.layers)
+    assert prob.layers[0].b == 0.0 and all(_finite_pos(l.b) for l in prob.layers[1:])   # embedding: W does all
+    for i, e in enumerate(cf["layers"]):
+        assert _finite_pos(e["bw"]) and e["act_w"] >= prob.layers[i].act
+        assert (e["out"] > 0) if i < n - 1 else e["out"] == 0.0         # the head sends nothing on
+    # a block's output: microbatch (4) x seq (8) x dim (16) float32
+    assert cf["layers"][1]["out"] == pytest.approx(4 * 8 * 16 * 4 / 2 ** 20)
+    assert set(cf["overhead"]) == {"F", "I", "W", "B"} and all(_finite_pos(v) for v in cf["overhead"].values())
+    # communication between the two workers over gloo
+    assert math.isfinite(prob.comm) and prob.comm >= 0
+    assert cf["bandwidth"] is None or _finite_pos(cf["bandwidth"])
+    assert 0.0 <= cf["comm_cpu"] <= 1.0 and len(prob.meta["comm_samples"]) >= 2
+    st = prob.meta["stages"]
+    assert [s["layers"] for s in st] == [[1, 2]] and all(_finite_pos(st[0][k]) for k in "fbw")
+    # the same model profiled again in this process: same structure and memory, times positive
+    again = profile(spec, ranks=2, microbatches=2, repeats=2, warmup=1, processes=0)
+    assert [l.name for l in again.layers] == [l.name for l in prob.layers]
+    assert [(l.act, l.mem) for l in again.layers] == [(l.act, l.mem) for l in prob.layers]
+    assert [(e["out"], e["act_w"]) for e in cost_fields(again)["layers"]] == \
+        [(e["out"], e["act_w"]) for e in cf["layers"]]
+    assert all(_finite_pos(l.f) for l in again.layers) and again.meta["processes"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_measured_memory_is_in_every_timeline_and_covers_the_parameters():
+    from flexpipe_ui.library import build_named
+
+    from kernel_runtime import launch
+    spec = _tiny()
+    plan = build_named("zb-h1", None, ranks=2, microbatches=2)
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.problem import even_partition
+    plan = Plan(plan.schedule, even_partition(spec.num_layers, plan.schedule.num_stages))
+    h = launch(plan, model=spec, steps=2)
+    h.wait(100)
+    layers = spec.layers(range(spec.num_layers), 0)
+    param_mib = [sum(p.numel() * 4 for i in plan.partition[s] for p in layers[i].parameters()) / 2 ** 20
+                 for s in range(plan.schedule.num_stages)]
+    for tl in h.timelines:
+        peaks = tl.peak_memory_measured
+        assert peaks is not None and len(peaks) == 2
+        for r in range(2):
+            mine = sum(param_mib[s] for s, rr in enumerate(plan.schedule.placement) if rr == r)
+            # parameters + gradients (SGD keeps no state) + some activation
+            assert peaks[r] > 2 * mine, (r, peaks, mine)
+        assert tl.shifted().peak_memory_measured == peaks
+
+
+@pytest.mark.timeout(300)
+def test_tune_end_to_end_on_two_gloo_processes():
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.validate import validate
+
+    from kernel_runtime import tune
+    from kernel_runtime.costfields import cost_fields
+    events = []
+    res = tune(_tiny(), ranks=2, microbatches=4, rounds=2, steps=2, time_limit=1.0, repeats=2,
+               progress=events.append)
+    assert isinstance(res.plan, Plan) and res.plan.ranks == 2
+    validate(res.plan.schedule)
+    assert res.problem.num_layers == res.profile.num_layers == 4
+    assert res.problem.meta["calibration"]["plans"] == len(res.rounds)
+    assert res.stopped in ("converged", "max rounds") and 1 <= len(res.rounds) <= 2
+    for r in res.rounds:
+        assert _finite_pos(r.predicted_ms) and _finite_pos(r.measured_ms)
+        assert len(r.peak_measured) == 2 and all(_finite_pos(x) for x in r.peak_measured)
+    assert any(r.plan is res.plan or r.plan == res.plan for r in res.rounds)
+    phases = [e.phase for e in events]
+    assert phases[0] == "profile" and phases[-1] == "done" and "run" in phases and "calibrate" in phases
+    assert set(cost_fields(res.problem)["overhead"]) == {"F", "I", "W", "B"}
+    assert "predicted ms" in res.table()
