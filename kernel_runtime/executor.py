@@ -238,6 +238,15 @@ class RankExecutor:
         self.progress = progress
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
                        for s, ls in layers.items()}
+        # position of each stage's last weight-gradient action: its gradients are final after it
+        last = {}
+        for pos, a in enumerate(self.order):
+            if a.kind.name in ("W", "B"):
+                last[a.stage] = pos
+        self.grads_final_at = {pos: s for s, pos in last.items()}
+        self.on_stage_done: Callable[[int], None] | None = None
+        """Called with a stage index right after the action that finishes its gradients (the
+        data-parallel all-reduce starts there)."""
 
     # -- used by handlers -------------------------------------------------------------------------
     def stage_input(self, a: Action) -> torch.Tensor:
@@ -324,6 +333,8 @@ class RankExecutor:
                 HANDLERS[a.kind.name](self, a, st)
                 end = timer.mark()
                 self.transport.flush()
+                if self.on_stage_done is not None and pos in self.grads_final_at:
+                    self.on_stage_done(self.grads_final_at[pos])
             except Exception as e:
                 raise ActionError(self.rank, text, step, e) from e
             records.append((text, start, end))

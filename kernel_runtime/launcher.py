@@ -49,6 +49,9 @@ class StepEvent:
     plan_index: int = 0
     grads: dict | None = None
     rank_times: tuple = ()
+    replica_grad_diff: float | None = None
+    """With data parallelism and captured gradients: the largest difference between two replicas'
+    gradients after the all-reduce (0.0: every replica takes the same optimizer step)."""
 
 
 def _free_port() -> int:
@@ -193,7 +196,8 @@ class RunHandle:
         ti, step, pos = self._progress[3 * rank: 3 * rank + 3]
         if ti < 0 or pos < 0:
             return None, None
-        order = self.plans[ti].schedule.order[rank]
+        plan = self.plans[ti]
+        order = plan.schedule.order[rank % plan.ranks]
         return (str(order[pos]) if pos < len(order) else None), (step if step >= 0 else None)
 
     def _fail(self, err: WorkerError) -> None:
@@ -292,8 +296,10 @@ class RunHandle:
         same_host = len(set(self.hosts.values())) <= 1
         recs = []
         for r, m in got.items():
+            if m.get("replica", 0) != 0:            # the timeline shows replica 0's pipeline
+                continue
             shift = 0 if same_host else m["t0"]     # other machines: align at the step's barrier
-            recs += [(r, a, (s - shift) / 1e6, (e - shift) / 1e6) for a, s, e in m["records"]]
+            recs += [(m.get("prank", r), a, (s - shift) / 1e6, (e - shift) / 1e6) for a, s, e in m["records"]]
         t_min = min((s for _, _, s, _ in recs), default=0.0)
         recs = [(r, a, s - t_min, e - t_min) for r, a, s, e in recs]
         tl = Timeline.from_records(plan.ranks, recs, source="measured", schedule=plan.schedule)
@@ -301,14 +307,21 @@ class RunHandle:
         t0 = min(m["t0"] for m in got.values())
         t1 = max(m["t_end"] for m in got.values())
         step_time = (t1 - t0) / 1e9 if same_host else max(m["t_end"] - m["t0"] for m in got.values()) / 1e9
-        loss = next((m["loss"] for m in got.values() if m["loss"] is not None), None)
-        grads = None
+        losses = [m["loss"] for m in got.values() if m["loss"] is not None]   # one per replica
+        loss = sum(losses) / len(losses) if losses else None
+        grads, spread = None, None
         if any(m["grads"] is not None for m in got.values()):
-            grads = {}
+            grads, others = {}, []
             for m in got.values():
-                grads.update(m["grads"] or {})
+                if m.get("replica", 0) == 0:
+                    grads.update(m["grads"] or {})
+                else:
+                    others.append(m["grads"] or {})
+            if others:
+                import numpy as np
+                spread = max((float(np.abs(o[k] - grads[k]).max()) for o in others for k in o), default=0.0)
         ev = StepEvent(msg["step"], loss, step_time, tl, msg["task"], grads,
-                       tuple((m["t_end"] - m["t0"]) / 1e9 for _, m in sorted(got.items())))
+                       tuple((m["t_end"] - m["t0"]) / 1e9 for _, m in sorted(got.items())), spread)
         self.losses.append(loss)
         self.step_times.append(step_time)
         self.timelines.append(tl)
@@ -332,7 +345,7 @@ def _root_cause(errors: list[dict]) -> WorkerError:
 
 def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_fn=None,
            lr: float = 0.01, optimizer: str = "sgd", seed: int = 0, timed=False, timeout: float = 60.0,
-           dtype="float32", capture_grads: bool = False, threads: int | None = None,
+           dtype="float32", capture_grads: bool = False, threads: int | None = None, dp: int = 1,
            _fault: dict | None = None) -> RunHandle:
     """Start the workers for ``plan`` (a Plan, Schedule, plan file, or a list of them run in turn)
     and return at once with a ``RunHandle``.
@@ -342,6 +355,11 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
     list of them, or a picklable ``step -> (x, y)``. ``devices``: "cpu" (gloo), "cuda" (NCCL, one
     GPU per rank) or an int (that many CUDA devices). ``timed``: True / ms / a Problem runs the
     sleeping model instead (durations in ms). ``dtype``: "float32" or "float64" (or a torch dtype).
+    ``dp``: data-parallel replicas of the pipeline; world = plan ranks x dp processes, pipeline
+    rank r of replica d is global rank d * ranks + r; replica d trains on the d-th share of each
+    batch and stage gradients are all-reduced across replicas (``kernel_runtime.dp``).
+    With ``devices="cuda"`` and fewer GPUs than processes, processes share GPUs and messages go
+    through host memory over gloo (correct, but timings are not representative: a warning says so).
     """
     import torch
     import torch.multiprocessing as tmp
@@ -359,7 +377,9 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
     else:
         spec = as_spec(model, loss_fn, num_layers=n_layers)
     plans = prepare_plans(probe, spec.num_layers)
-    world = plans[0].ranks
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise PlanRefused(f"dp must be an integer >= 1 (data-parallel replicas), got {dp!r}")
+    world = plans[0].ranks * dp
     dev, backend = _devices(devices, world)
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")
@@ -372,7 +392,7 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
               model=model, loss_fn=loss_fn, data=data, timed=timed, device=dev, backend=backend,
               dtype=dtype, lr=lr, optimizer=optimizer, seed=seed, timeout=timeout, threads=threads,
               master_port=_free_port(), fault=_fault or {},
-              kinds=[kind_fields(get_kind(k)) for k in user_kinds])
+              kinds=[kind_fields(get_kind(k)) for k in user_kinds], dp=dp)
     _check_sendable(job)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
@@ -417,8 +437,12 @@ def _devices(devices, world: int) -> tuple[str, str]:
         if not torch.cuda.is_available():
             raise PlanRefused("devices='cuda' but torch.cuda.is_available() is False: use devices='cpu'")
         n = torch.cuda.device_count() if devices == "cuda" else min(int(devices), torch.cuda.device_count())
+        if n < 1:
+            raise PlanRefused(f"devices={devices!r}: no GPU to use")
         if n < world:
-            raise PlanRefused(f"the plan needs {world} GPUs (one per rank, NCCL) but {n} are available: "
-                              "use a plan with fewer ranks, or devices='cpu'")
+            import warnings
+            warnings.warn(f"{world} processes share {n} GPU(s): messages are staged through host memory "
+                          "over gloo; results are exact but timings are not representative", stacklevel=3)
+            return "cuda", "gloo"
         return "cuda", "nccl"
     raise PlanRefused(f"devices must be 'cpu', 'cuda' or a GPU count, not {devices!r}")

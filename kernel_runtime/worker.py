@@ -52,6 +52,7 @@ class Job:
     master_port: int = 29500
     fault: dict = field(default_factory=dict)   # test hook: {"rank": r, "action": "1F2", "kind": ...}
     kinds: list = field(default_factory=list)   # user kinds of the plans, as picklable fields
+    dp: int = 1                    # data-parallel replicas: world = plan ranks x dp (see dp.py)
 
 
 def kind_fields(kind) -> dict:
@@ -101,7 +102,7 @@ def _device(job: Job, local_rank: int):
     return torch.device("cpu")
 
 
-def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
+def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype, to_global=None, on_device=None):
     """(what, stage) → (shape, dtype) for every message this rank sends or receives.
 
     Stage by stage in model order, the owner runs one no-grad forward on a zero tensor of its input
@@ -111,6 +112,8 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
     import torch.distributed as dist
     sched = plan.schedule
     S, place = sched.num_stages, sched.placement
+    to_global = to_global or (lambda r: r)
+    hdr_dev = device if (on_device if on_device is not None else device.type == "cuda") else "cpu"
     shapes: dict = {}
     in_meta = None
     for s in range(S - 1):
@@ -135,10 +138,10 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
                 hdr = torch.zeros(10, dtype=torch.int64)
                 hdr[0], hdr[1] = _DTYPES.index(str(y.dtype)), y.dim()
                 hdr[2:2 + y.dim()] = torch.tensor(y.shape)
-                dist.send(hdr.to(device) if device.type == "cuda" else hdr, dst=dst)
+                dist.send(hdr.to(hdr_dev), dst=to_global(dst))
         elif rank == dst:
-            hdr = torch.zeros(10, dtype=torch.int64, device=device if device.type == "cuda" else "cpu")
-            dist.recv(hdr, src=src)
+            hdr = torch.zeros(10, dtype=torch.int64, device=hdr_dev)
+            dist.recv(hdr, src=to_global(src))
             hdr = hdr.cpu()
             meta = (tuple(int(v) for v in hdr[2:2 + int(hdr[1])]),
                     getattr(torch, _DTYPES[int(hdr[0])].removeprefix("torch.")))
@@ -189,6 +192,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
     from .commplan import derive_comm
     from .data import get_batch, make_optimizer, split_microbatches
+    from .dp import GradAllReduce, Layout, replica_share
     from .executor import CpuTimer, CudaTimer, RankExecutor
     from .models import as_spec
     from .transport import ChannelGroups
@@ -198,22 +202,30 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     dtype = _dtype(job.dtype)
     device = _device(job, rank if local_rank is None else local_rank)
     if not dist.is_initialized():
-        kw = {"device_id": device} if device.type == "cuda" else {}
+        kw = {"device_id": device} if job.backend == "nccl" else {}
         dist.init_process_group(job.backend, rank=rank, world_size=job.world,
                                 timeout=timedelta(seconds=max(job.timeout, 30.0)), **kw)
     _register_kinds(job.kinds)
-    groups = ChannelGroups(job.backend)
-    timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
     plans = [plan_from_dict(t.plan) for t in job.tasks]
+    lay = Layout(rank, job.world // job.dp, job.dp)
+    if lay.ranks * job.dp != job.world or plans[0].ranks != lay.ranks:
+        raise ValueError(f"world {job.world} != plan ranks {plans[0].ranks} x dp {job.dp}")
+    glob = rank
+    rank = lay.rank                      # from here on: this process's pipeline rank
+    groups = ChannelGroups(job.backend, lay.ranks, lay.replica, lay.replicas)
+    staged = device.type == "cuda" and job.backend != "nccl"
+    allreduce = GradAllReduce(lay, staged) if job.dp > 1 else None
+    timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
     spec = as_spec(job.model, job.loss_fn, num_layers=plans[0].num_layers or plans[0].schedule.num_stages,
                    timed=job.timed)
     _apply_fault(job, rank, spec)
-    report({"type": "ready", "rank": rank, "host": os.uname().nodename, "pid": os.getpid()})
+    report({"type": "ready", "rank": glob, "host": os.uname().nodename, "pid": os.getpid()})
     for ti, (task, plan) in enumerate(zip(job.tasks, plans)):
         sched = plan.schedule
         part = plan.partition or tuple((s,) for s in range(sched.num_stages))
         mine = sched.stages_of(rank)
-        layers = {s: spec.layers(part[s], job.seed, device=device, dtype=dtype) for s in mine}
+        built = iter(spec.layers([i for s in mine for i in part[s]], job.seed, device=device, dtype=dtype))
+        layers = {s: [next(built) for _ in part[s]] for s in mine}
         params = [p for s in mine for l in layers[s] for p in l.parameters()]
         opt = make_optimizer(params, job.lr, job.optimizer) if params else None
         comm = derive_comm(sched)
@@ -221,6 +233,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
         def mb(step):
             x, t = get_batch(spec, job.data, step, job.seed)
+            x = replica_share(x, lay.replica, lay.replicas, "input batch")
+            t = replica_share(t, lay.replica, lay.replicas, "target batch")
             x = x.to(device)
             t = t.to(device)
             x = x.to(dtype) if x.is_floating_point() else x
@@ -229,10 +243,13 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
                     split_microbatches(t, sched.microbatches, "target batch"))
 
         first = mb(0)
-        shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype)
+        shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype,
+                               to_global=groups.global_rank, on_device=device.type == "cuda" and not staged)
         prog = (lambda pos, ti=ti: progress(ti, -1, pos)) if progress else None
         ex = RankExecutor(plan, rank, layers, spec.loss_fn, comm, shapes, device, groups, job.timeout,
                           timer, None)
+        if allreduce is not None:
+            ex.on_stage_done = lambda s, ex=ex: allreduce.start(ex.params[s])
         for step in range(task.steps):
             inputs, targets = first if step == 0 else mb(step)
             if progress:
@@ -240,6 +257,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
             dist.barrier()
             rec = ex.run_step(inputs if 0 in mine else None,
                               targets if sched.num_stages - 1 in mine else None, step)
+            if allreduce is not None:
+                allreduce.finish()
             grads = None
             if task.capture_grads:
                 grads = {f"{part[s][j]}.{n}": p.grad.detach().double().cpu().numpy().copy()
@@ -248,11 +267,12 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
             if opt is not None:
                 opt.step()
             t_end = timer.now()
-            report({"type": "step", "rank": rank, "task": ti, "step": step, "loss": rec.loss,
-                    "records": rec.records, "t0": rec.t0, "t_end": t_end, "grads": grads})
+            report({"type": "step", "rank": glob, "prank": rank, "replica": lay.replica, "task": ti,
+                    "step": step, "loss": rec.loss, "records": rec.records, "t0": rec.t0, "t_end": t_end,
+                    "grads": grads})
         del ex, layers, params, opt
     dist.barrier()
-    report({"type": "done", "rank": rank})
+    report({"type": "done", "rank": glob})
 
 
 def worker_main(rank: int, job: Job, queue, progress_arr=None) -> None:
