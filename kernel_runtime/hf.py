@@ -46,8 +46,16 @@ def hf_config(model_type: str, overrides: dict | None = None, *, dropout: float 
     if model_type not in SUPPORTED:
         raise ModelError(f"hf:{model_type} is not supported (supported: {', '.join(SUPPORTED)}); "
                          "split other models with kernel_runtime.split_module")
+    overrides = dict(overrides or {})
+    vocab = overrides.get("vocab_size")
+    if vocab is not None:                    # special tokens of the full vocabulary would not exist
+        base = tf.AutoConfig.for_model(model_type)
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            tok = getattr(base, key, None)
+            if key not in overrides and isinstance(tok, int) and tok >= vocab:
+                overrides[key] = None
     try:
-        cfg = tf.AutoConfig.for_model(model_type, **(overrides or {}))
+        cfg = tf.AutoConfig.for_model(model_type, **overrides)
     except (ValueError, TypeError) as e:
         raise ModelError(f"hf:{model_type} config {overrides}: {e}") from None
     return _prepare(cfg, dropout)

@@ -47,13 +47,16 @@ def _timed(fn, device) -> float:
 def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
             microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 5,
             warmup: int = 1, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
-            comm: float = 0.0, memory_limit: float | None = None, threads: int | None = None) -> Problem:
+            comm: float = 0.0, memory_limit: float | None = None, threads: int | None = None,
+            dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
     """Measure per-layer f, b, w (ms, medians of ``repeats``), act and mem (MiB) of one microbatch.
 
     ``model`` is what ``launch`` takes; ``sample_input``/``targets`` one microbatch (default: the
     model's synthetic batch divided by ``microbatches``). Writes the problem to ``path`` if given.
     ``threads``: CPU threads to time with (a worker of ``launch`` gets cores // ranks); on a busy
     machine, more threads than free cores makes every kernel wait for its slowest thread.
+    ``dp``: data-parallel replicas; each layer's ``grad`` (MiB of its parameters' gradients, what
+    the replicas all-reduce) and the problem's ``dp`` / ``dp_bandwidth`` (MiB/ms) are recorded.
     """
     import torch
     if threads is not None:
@@ -63,7 +66,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
                            microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
                            warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
-                           memory_limit=memory_limit)
+                           memory_limit=memory_limit, dp=dp, dp_bandwidth=dp_bandwidth)
         finally:
             torch.set_num_threads(old)
 
@@ -85,7 +88,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     x, tgt = cast(sample_input), cast(targets)
     layers = spec.layers(range(spec.num_layers), seed, device=dev, dtype=dt)
     state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)   # weight + grad (+ 2 Adam moments)
-    out_layers = []
+    out_layers, grads = [], []
     for i, layer in enumerate(layers):
         last = i == len(layers) - 1
         params = [p for p in layer.parameters() if p.requires_grad]
@@ -126,15 +129,36 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
                 p.grad = None
         x = y.detach() if not last else x
         mem = sum(p.numel() * p.element_size() for p in layer.parameters()) * state_factor
+        grads.append(sum(p.numel() * p.element_size() for p in params) / _MIB)
         out_layers.append(Layer(f=statistics.median(fs), b=statistics.median(bs_), w=statistics.median(ws),
                                 act=act / _MIB, mem=mem / _MIB, name=f"{type(layer).__name__.lower()}{i}"))
+    meta = {"profiled": True, "model": spec.name, "device": str(dev), "dtype": str(dt),
+            "units": "ms, MiB", "repeats": repeats, "torch": torch.__version__}
+    out_layers, top = _with_dp_fields(out_layers, grads, dp, dp_bandwidth, meta)
     prob = Problem(ranks=ranks, microbatches=microbatches, layers=tuple(out_layers), comm=comm,
-                   memory_limit=memory_limit,
-                   meta={"profiled": True, "model": spec.name, "device": str(dev), "dtype": str(dt),
-                         "units": "ms, MiB", "repeats": repeats, "torch": torch.__version__})
+                   memory_limit=memory_limit, meta=meta, **top)
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+def _with_dp_fields(layers: list, grads: list, dp: int, dp_bandwidth, meta: dict):
+    """Per-layer ``grad`` and the problem's ``dp``/``dp_bandwidth`` (the cost model's data-parallel
+    fields) where ``Layer``/``Problem`` have them; else kept in ``meta["cost_fields"]``."""
+    import dataclasses
+    if dp < 1:
+        raise ValueError(f"dp must be >= 1, got {dp}")
+    layer_fields = {f.name for f in dataclasses.fields(Layer)}
+    problem_fields = {f.name for f in dataclasses.fields(Problem)}
+    top = {k: v for k, v in (("dp", dp), ("dp_bandwidth", dp_bandwidth)) if v is not None}
+    if "grad" in layer_fields:
+        layers = [dataclasses.replace(l, grad=g) for l, g in zip(layers, grads)]
+    if "grad" not in layer_fields or not set(top) <= problem_fields:
+        # MERGE: the `cost` branch adds Layer.grad and Problem.dp/dp_bandwidth; until both are
+        # there the values ride in meta so nothing is lost (lead: drop this branch after merging).
+        meta["cost_fields"] = {"dp": dp, "dp_bandwidth": dp_bandwidth, "grad": grads}
+        top = {k: v for k, v in top.items() if k in problem_fields}
+    return layers, top
 
 
 def _durations(timelines: Sequence[Timeline]) -> dict[tuple[int, str], list[float]]:
