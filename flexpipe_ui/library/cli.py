@@ -63,8 +63,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.partition != "even":
             print("flexpipe plan: warning: --partition has no effect with --layout", file=sys.stderr)
         ranks = args.ranks or problem.ranks
-        if args.name and args.chunks is None and len(layout) % ranks == 0:
-            args.chunks = len(layout) // ranks
+        if args.name and args.name in NAMED and args.chunks is None and len(layout) % ranks == 0:
+            try:                              # the layout's stages per rank, if the family has that
+                NAMED[args.name].chunks_for(len(layout) // ranks)
+                args.chunks = len(layout) // ranks
+            except ValueError:
+                pass
         if problem is not None:
             args.partition = layout
     if args.program:
