@@ -3,7 +3,9 @@
 Importing this package starts nothing and does not import torch; the names below load on first use:
 ``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``), ``profile``
 and ``calibrate`` (measure a model / a run into a ``flexpipe-problem/1``), ``demo_gpt`` and
-``timed_model`` (models), ``reference_run`` (the single-process check), ``register_handler``.
+``timed_model`` (models), ``split_module`` (any module cut into layers by module names),
+``from_transformers`` (Hugging Face causal LMs), ``reference_run`` (the single-process check),
+``register_handler``.
 """
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import importlib
 
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
            "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
-           "register_handler", "derive_comm", "models"]
+           "register_handler", "derive_comm", "models", "split_module", "SplitError", "from_transformers"]
 
 _WHERE = {
     "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
     "PlanRefused": "launcher", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
     "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
     "reference_run": "data", "register_handler": "executor", "derive_comm": "commplan",
+    "split_module": "split", "SplitError": "split", "from_transformers": "hf",
 }
 
 
