@@ -175,3 +175,16 @@ def test_cli_factory_model_and_hf_profile(tmp_path):
     assert out.returncode == 0, out.stderr
     from flexpipe_ui.problem import load_problem
     assert load_problem(tmp_path / "p.json").num_layers == 4
+
+
+def test_launch_panel_takes_a_model_object():
+    pytest.importorskip("ipywidgets")
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.widgets import LaunchPanel
+    spec = split_module(ToyNet, TOY_LAYERS, toy_loss, batch=toy_batch)
+    plan = build_named("1f1b", None, ranks=2, microbatches=2)
+    panel = LaunchPanel(plan, model=spec, steps=1)
+    assert panel.model is spec and panel.w_model.disabled
+    assert panel.w_model.value == "ToyNet (6 layers)"
+    typed = LaunchPanel(plan, steps=1)
+    assert typed.model is None and typed.w_model.value == "demo-gpt" and not typed.w_model.disabled
