@@ -81,3 +81,39 @@ def test_pipeline_x_data_parallel_matches_whole_batch_step():
         assert ev.replica_grad_diff == 0.0            # the all-reduce made every replica's step the same
         assert set(ev.timeline.rank.tolist()) == {0, 1}   # the timeline is replica 0's pipeline
     _check(h, ref, names, plans)
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_with_dp(tmp_path):
+    """The README's torchrun line with --dp: ranks x dp processes, both replicas train each step."""
+    import json
+    import os
+    import socket
+    import subprocess
+    from flexpipe_ui.ir import Plan
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.planfile import save_plan
+    from flexpipe_ui.problem import even_partition
+    root = Path(__file__).resolve().parents[2]
+    sched = build_named("zb-v", None, ranks=2, microbatches=4).schedule
+    save_plan(Plan(sched, even_partition(6, sched.num_stages)), tmp_path / "plan.json")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(port),
+           "-m", "kernel_runtime.worker", "--plan", str(tmp_path / "plan.json"), "--dp", "2", "--steps", "2",
+           "--out", str(tmp_path)]
+    out = subprocess.run(cmd, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
+                         text=True, timeout=140)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    assert sorted((s["replica"], s["step"]) for s in steps) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    reports = {p.name for p in tmp_path.glob("rank*.jsonl")}
+    assert reports == {f"rank{g}.jsonl" for g in range(4)}
+    # global rank g is pipeline rank g % 2 of replica g // 2
+    for g in range(4):
+        first = json.loads((tmp_path / f"rank{g}.jsonl").read_text().splitlines()[0])
+        assert (first["prank"], first["replica"]) == (g % 2, g // 2)
+    bad = subprocess.run(cmd[:4] + ["2"] + cmd[5:], cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                         capture_output=True, text=True, timeout=100)
+    assert bad.returncode != 0 and "x --dp 2 replicas = 4 processes but torchrun started 2" in bad.stderr
