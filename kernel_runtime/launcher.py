@@ -380,6 +380,11 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
     if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
         raise PlanRefused(f"dp must be an integer >= 1 (data-parallel replicas), got {dp!r}")
     world = plans[0].ranks * dp
+    if data is None and spec.batch is not None:
+        bad = [p.microbatches for p in plans if spec.batch_size % (p.microbatches * dp)]
+        if bad:
+            raise PlanRefused(f"{spec.name}'s batch of {spec.batch_size} does not split into {dp} replica(s) x "
+                              f"{bad[0]} microbatches: use a batch size divisible by {bad[0] * dp}")
     dev, backend = _devices(devices, world)
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")

@@ -131,7 +131,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
         mem = sum(p.numel() * p.element_size() for p in layer.parameters()) * state_factor
         grads.append(sum(p.numel() * p.element_size() for p in params) / _MIB)
         out_layers.append(Layer(f=statistics.median(fs), b=statistics.median(bs_), w=statistics.median(ws),
-                                act=act / _MIB, mem=mem / _MIB, name=f"{type(layer).__name__.lower()}{i}"))
+                                act=act / _MIB, mem=mem / _MIB, name=_layer_name(spec, layer, i)))
     meta = {"profiled": True, "model": spec.name, "device": str(dev), "dtype": str(dt),
             "units": "ms, MiB", "repeats": repeats, "torch": torch.__version__}
     out_layers, top = _with_dp_fields(out_layers, grads, dp, dp_bandwidth, meta)
@@ -140,6 +140,14 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+def _layer_name(spec, layer, i: int) -> str:
+    """The layer's module names for a ``split_module`` spec ("blocks.3", "norm+head"), else its class."""
+    names = spec.meta.get("layer_names") if isinstance(spec.meta, dict) else None
+    if names and i < len(names):
+        return "+".join(names[i])
+    return f"{type(layer).__name__.lower()}{i}"
 
 
 def _with_dp_fields(layers: list, grads: list, dp: int, dp_bandwidth, meta: dict):

@@ -188,3 +188,15 @@ def test_launch_panel_takes_a_model_object():
     assert panel.w_model.value == "ToyNet (6 layers)"
     typed = LaunchPanel(plan, steps=1)
     assert typed.model is None and typed.w_model.value == "demo-gpt" and not typed.w_model.disabled
+
+
+def test_launch_refuses_bad_dp_before_starting():
+    from flexpipe_ui.library import build_named
+    from kernel_runtime import PlanRefused, launch
+    from kernel_runtime.models import demo_gpt
+    plan = build_named("1f1b", None, ranks=2, microbatches=4)
+    spec = demo_gpt(vocab=16, seq=4, dim=8, heads=2, n_blocks=2, batch_size=4)
+    with pytest.raises(PlanRefused, match="divisible by 8"):
+        launch(plan, model=spec, dp=2)
+    with pytest.raises(PlanRefused, match="dp must be an integer >= 1"):
+        launch(plan, model=spec, dp=0)
