@@ -116,19 +116,23 @@ class GPT2Embedding(nn.Module):
 class DecoderBlock(nn.Module):
     """One decoder block as a stage: makes positions, mask (and rotary embeddings) from ``h``."""
 
-    def __init__(self, layer: nn.Module, rotary: nn.Module | None, window: int | None):
+    def __init__(self, layer: nn.Module, rotary: nn.Module | None, window: int | None,
+                 positions: bool = False):
         super().__init__()
         self.layer = layer
         self.rotary = rotary
         self.window = window
+        self.positions = positions
 
     def forward(self, h):
         t = h.shape[1]
         pos = torch.arange(t, device=h.device)[None]
         mask = _causal_mask(t, h.dtype, h.device, self.window)
         kw: dict[str, Any] = {"attention_mask": mask}
+        if self.positions:
+            kw["position_ids"] = pos
         if self.rotary is not None:
-            kw.update(position_ids=pos, position_embeddings=self.rotary(h, pos))
+            kw["position_embeddings"] = self.rotary(h, pos)
         return _first(self.layer(h, **kw))
 
 
@@ -160,9 +164,9 @@ class CausalLMStages(nn.Module):
             self.embed = TokenEmbedding(inner.embed_tokens)
             types = getattr(cfg, "layer_types", None) or ["full_attention"] * len(inner.layers)
             win = getattr(cfg, "sliding_window", None)
-            blocks = [DecoderBlock(b, copy.deepcopy(inner.rotary_emb),
-                                   win if types[i] == "sliding_attention" else None)
-                      for i, b in enumerate(inner.layers)]
+            rotary = getattr(inner, "rotary_emb", None)    # older versions: inside each attention
+            blocks = [DecoderBlock(b, copy.deepcopy(rotary), win if types[i] == "sliding_attention" else None,
+                                   positions=True) for i, b in enumerate(inner.layers)]
             norm = inner.norm
         else:
             raise ModelError(f"{type(model).__name__} (model_type {kind!r}) is not supported "
