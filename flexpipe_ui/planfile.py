@@ -1,13 +1,15 @@
 """Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .jsonio import read_json, write_json
-from .ir import Action, ParseError, Plan, Schedule, infer_placement, parse_action
+from .ir import ParseError, Plan, Schedule, infer_placement, kind_names, parse_action
+from .ops import register_missing
 
-__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT"]
+__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile"]
 
 PLAN_FORMAT = "flexpipe-plan/1"
 
@@ -68,6 +70,7 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     extra = sorted(set(order_in) - {str(r) for r in range(ranks)})
     if extra:
         raise PlanFileError(f"{source}: 'order' has ranks {extra} outside 0..{ranks - 1}")
+    _register_example_kinds(order_in)
     order = []
     for r in range(ranks):
         row = order_in.get(str(r), [])
@@ -119,6 +122,12 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
         raise PlanFileError(f"{source}: {e}") from None
 
 
+def _register_example_kinds(order_in: dict) -> None:
+    """The example kinds a plan file names (recompute R, offload OFF/LOAD) register on load, so the
+    file parses in a fresh process; anything else unknown is reported by the parser."""
+    register_missing(kind_names(a for row in order_in.values() if isinstance(row, list) for a in row))
+
+
 def load_plan(path: str | Path) -> Plan:
     return plan_from_dict(read_json(path, PlanFileError, "plan file"), str(path))
 
@@ -128,3 +137,16 @@ def save_plan(plan: Plan | Schedule, path: str | Path) -> None:
     if isinstance(plan, Schedule):
         plan = Plan(plan)
     write_json(plan_to_dict(plan), path)
+
+
+@dataclass(frozen=True)
+class FromFile:
+    """Trace source step ``load_plan(path)``."""
+
+    path: str
+
+    def build(self) -> Plan:
+        return replace(load_plan(self.path), trace=(self,))
+
+    def python(self) -> tuple[list[str], str]:
+        return ["from flexpipe_ui.planfile import load_plan"], f"load_plan({self.path!r})"

@@ -21,11 +21,8 @@ __all__ = ["register", "schedule_plan"]
 def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunks: int | None = None):
     """A named schedule as a Plan with an even partition: the library's, else torch's importer."""
     from flexpipe_ui.ir import Plan
+    from flexpipe_ui.library import NAMED, build_named
     from flexpipe_ui.problem import even_partition
-    try:
-        from flexpipe_ui.library import NAMED, build_named
-    except ImportError:
-        NAMED = {}
     if name in NAMED:
         plan = build_named(name, None, ranks=ranks, microbatches=microbatches, chunks=chunks)
         sched = plan.schedule
@@ -41,55 +38,9 @@ def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunk
     return Plan(sched, even_partition(n_layers, sched.num_stages), {"name": name})
 
 
-def _warn(msg: str) -> None:
-    print(f"flexpipe: warning: {msg}", file=sys.stderr)
-
-
 def _model(args):
-    """(spec, what to send to the workers) for ``--model``; raises ValueError for a bad one."""
-    import dataclasses
-    import json
-    from .models import ModelSpec, as_spec, demo_gpt
-    name = args.model
-    cfg_text = getattr(args, "model_config", None)
-    if cfg_text and not name.startswith("hf:"):
-        _warn(f"--model-config has no effect with --model {name} (it configures hf: models)")
-    if name != "demo-gpt" and getattr(args, "layers_given", False):
-        _warn(f"--layers has no effect with --model {name}: the model's own layers are used")
-    if name == "demo-gpt":
-        spec = demo_gpt(n_blocks=args.layers - 2, dim=args.dim, seq=args.seq, batch_size=args.batch_size)
-        return spec, spec
-    if name.startswith("hf:"):
-        from .hf import from_transformers
-        try:
-            cfg = json.loads(cfg_text) if cfg_text else {}
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--model-config is not valid JSON ({e.msg} at character {e.pos})") from None
-        if not isinstance(cfg, dict):
-            raise ValueError(f"--model-config must be a JSON object of config fields, not {type(cfg).__name__}")
-        spec = from_transformers(name[3:], config=cfg, seq=args.seq, batch_size=args.batch_size)
-        return spec, spec
-    if ":" in name:
-        import importlib
-        mod_name, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod_name), attr)
-        except ImportError as e:
-            raise ValueError(f"--model {name}: cannot import {mod_name!r} ({e})") from None
-        except AttributeError:
-            raise ValueError(f"--model {name}: module {mod_name!r} has no {attr!r}") from None
-        if not callable(factory):
-            raise ValueError(f"--model {name}: {attr!r} is not a function")
-        spec = as_spec(factory)
-        import pickle
-        try:
-            pickle.dumps(spec)
-        except Exception:
-            return spec, factory              # workers call the factory themselves
-        return dataclasses.replace(spec, batch_size=args.batch_size), dataclasses.replace(
-            spec, batch_size=args.batch_size)
-    raise ValueError(f"--model {name!r}: use demo-gpt, hf:<model type> (llama, qwen2, qwen3, mistral, gpt2) "
-                     "with --model-config JSON, or package.module:factory")
+    from .model_arg import resolve_model
+    return resolve_model(args)
 
 
 def _train(args) -> int:

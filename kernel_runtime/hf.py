@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .models import ModelError, ModelSpec, lm_loss
+from .models import ModelError, ModelSpec, _is_hf_model, lm_loss
 
-__all__ = ["from_transformers", "hf_config", "CausalLMStages", "SUPPORTED"]
+__all__ = ["from_transformers", "hf_config", "CausalLMStages", "SUPPORTED", "as_model"]
 
 LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 SUPPORTED = LLAMA_LIKE + ("gpt2",)
@@ -251,3 +251,9 @@ def from_transformers(model_or_config: Any, *, config: dict | None = None, seq: 
     return split_module(source, layers, lm_loss, batch=functools.partial(_batch, vocab, seq),
                         batch_size=batch_size, name=f"hf:{cfg.model_type}",
                         meta={"hf_config": cfg.to_dict(), "seq": seq, "model_type": cfg.model_type})
+
+
+def as_model(model: Any) -> Any:
+    """``model`` with a Hugging Face ``PreTrainedModel`` turned into its ``ModelSpec`` (what
+    ``launch``, ``profile`` and the LaunchPanel accept besides the forms ``models.as_spec`` reads)."""
+    return from_transformers(model) if _is_hf_model(model) else model

@@ -77,9 +77,9 @@ def as_spec(model: Any, loss_fn=None, *, num_layers: int | None = None, timed=No
     elif isinstance(model, str):
         raise ModelError(f"unknown model {model!r}: use 'demo-gpt', a ModelSpec, an nn.Sequential, "
                          "a list of modules or a factory returning one")
-    elif _is_hf_model(model):
-        from .hf import from_transformers
-        spec = from_transformers(model)
+    elif _is_hf_model(model):          # launch() and profile() convert these first (hf.as_model)
+        raise ModelError(f"{type(model).__name__} is a Hugging Face model: pass "
+                         "kernel_runtime.from_transformers(model)")
     elif isinstance(model, (nn.Sequential, list, tuple, nn.ModuleList)):
         spec = _whole_model_spec(model, loss_fn, "custom")
     elif callable(model):

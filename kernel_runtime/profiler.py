@@ -75,7 +75,8 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     from .split_backward import backward_input, backward_weight
     from .worker import _dtype
 
-    spec = as_spec(model, loss_fn)
+    from .hf import as_model
+    spec = as_spec(as_model(model), loss_fn)
     dt = _dtype(dtype) if isinstance(dtype, str) else dtype
     dev = torch.device(device)
     if sample_input is None:
@@ -195,7 +196,7 @@ def _comm_estimate(tl: Timeline, plan: Plan) -> list[float]:
         k = str(a)
         r, s, e = when[k]
         dep = None
-        if a.kind.name == "F" and a.stage > 0 and place[a.stage - 1] != r:
+        if a.kind.is_forward and a.stage > 0 and place[a.stage - 1] != r:
             dep = f"{a.stage - 1}F{a.microbatch}"
         elif a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
             dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")

@@ -108,10 +108,13 @@ def test_hf_stages_equal_the_hf_model(kind, cfg):
 def test_hf_model_instance_and_refusals():
     tf = _hf()
     from kernel_runtime.hf import from_transformers
+    from kernel_runtime.hf import as_model
     from kernel_runtime.models import ModelError, as_spec
     cfg = tf.AutoConfig.for_model("llama", **LLAMA)
     model = tf.AutoModelForCausalLM.from_config(cfg)
-    spec = as_spec(model)                                          # launch(model=hf_model) works
+    spec = as_spec(as_model(model))                                # what launch(model=hf_model) does
+    with pytest.raises(ModelError, match="from_transformers"):
+        as_spec(model)
     (emb,) = spec.layers([0], seed=0)
     assert torch.equal(emb.embed_tokens.weight, model.model.embed_tokens.weight)
     tied = tf.AutoModelForCausalLM.from_config(tf.AutoConfig.for_model("gpt2", **GPT2))
