@@ -94,9 +94,22 @@ def _cmd_show(args) -> int:
 def _cmd_export(args) -> int:
     plan = load_plan(args.plan)
     validate(plan.schedule)
-    from .torch_interop import export_torch_csv
-    export_torch_csv(plan.schedule, args.torch_csv)
-    print(f"wrote {args.torch_csv}")
+    if not (args.torch_csv or args.megatron_layout):
+        raise ValueError("give --torch-csv OUT and/or --megatron-layout")
+    if args.torch_csv:
+        from .torch_interop import export_torch_csv
+        export_torch_csv(plan.schedule, args.torch_csv)
+        print(f"wrote {args.torch_csv}")
+    if args.megatron_layout:
+        from .layout import format_layout
+        if plan.partition is None:
+            raise ValueError(f"{args.plan} has no layer partition (stages.layers): nothing to write as a "
+                             "Megatron layout; make the plan with --problem")
+        text = format_layout(plan.partition, args.layer_kinds)
+        if plan.schedule.placement != tuple(s % plan.ranks for s in range(plan.schedule.num_stages)):
+            print(f"flexpipe export: warning: the plan places stages {plan.schedule.placement}, Megatron "
+                  "puts stage s on rank s mod ranks: only the layer split carries over", file=sys.stderr)
+        print(text)
     return 0
 
 
@@ -134,9 +147,13 @@ def register(sub) -> None:
             p.add_argument("--steps", type=int, default=24, help="grid columns to show")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("export", help="export a plan to torch.distributed.pipelining's CSV")
+    p = sub.add_parser("export", help="export a plan to torch.distributed.pipelining's CSV or a Megatron layout")
     p.add_argument("plan")
-    p.add_argument("--torch-csv", required=True, metavar="OUT")
+    p.add_argument("--torch-csv", metavar="OUT")
+    p.add_argument("--megatron-layout", action="store_true",
+                   help="print the stage split as a Megatron-Core --pipeline-model-parallel-layout string")
+    p.add_argument("--layer-kinds", metavar="LETTERS",
+                   help="one letter per layer (E, t, m, L); default E + t * blocks + L")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("import-torch", help="import a torch.distributed.pipelining built-in schedule")

@@ -3,9 +3,10 @@
 Importing this package starts nothing and does not import torch; the names below load on first use:
 ``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``), ``profile``
 and ``calibrate`` (measure a model / a run into a ``flexpipe-problem/1``), ``demo_gpt`` and
-``timed_model`` (models), ``reference_run`` (the single-process check), ``LaunchConfig`` (a
-launch's settings), ``DEFAULT_HANDLERS`` (the executor's kind handlers) and ``tune`` (profile →
-auto → measure → calibrate → re-plan until the plan stops changing).
+``timed_model`` (models), ``split_module`` (any module cut into layers by module names),
+``from_transformers`` (Hugging Face causal LMs), ``reference_run`` (the single-process check),
+``LaunchConfig`` (a launch's settings), ``DEFAULT_HANDLERS`` (the executor's kind handlers) and
+``tune`` (profile → auto → measure → calibrate → re-plan until the plan stops changing).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import importlib
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
            "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
            "LaunchConfig", "DEFAULT_HANDLERS", "derive_comm", "models", "tune", "TuneResult",
-           "calibrate_runs"]
+           "calibrate_runs", "split_module", "SplitError", "from_transformers"]
 
 _WHERE = {
     "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
@@ -22,6 +23,7 @@ _WHERE = {
     "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
     "reference_run": "data", "DEFAULT_HANDLERS": "executor", "LaunchConfig": "config", "derive_comm": "flexpipe_ui.passes",
     "tune": "tuning", "TuneResult": "tuning", "calibrate_runs": "calibrate",
+    "split_module": "split", "SplitError": "split", "from_transformers": "hf",
 }
 
 

@@ -2,8 +2,14 @@
 
     flexpipe train --model demo-gpt --schedule zb-v --ranks 4 --microbatches 8 --steps 5 --check-reference
     flexpipe train --plan plan.json --steps 3
+    flexpipe train --model hf:llama --model-config '{"hidden_size": 64, "num_hidden_layers": 4}' ...
+    flexpipe train --model mypkg.models:build --schedule 1f1b --ranks 2 --dp 2
     flexpipe profile --model demo-gpt --ranks 4 --microbatches 8 -o problem.json
     flexpipe tune --model demo-gpt --ranks 2 --microbatches 8 -o plan.json --write-problem fitted.json
+
+``--model``: ``demo-gpt``; ``hf:<model type>`` (llama, qwen2, qwen3, mistral, gpt2; random weights
+from ``--model-config`` JSON, nothing downloaded); or ``package.module:factory``, a zero-argument
+function returning a ``ModelSpec`` (e.g. from ``kernel_runtime.split_module``) or ``(layers, loss)``.
 """
 from __future__ import annotations
 
@@ -34,11 +40,8 @@ def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunk
 
 
 def _model(args):
-    from .models import demo_gpt
-    if args.model != "demo-gpt":
-        raise ValueError(f"--model {args.model!r}: the CLI runs 'demo-gpt' (use kernel_runtime.launch "
-                         "from Python for your own model)")
-    return demo_gpt(n_blocks=args.layers - 2, dim=args.dim, seq=args.seq, batch_size=args.batch_size)
+    from .model_arg import resolve_model
+    return resolve_model(args)
 
 
 def _train(args) -> int:
@@ -50,12 +53,17 @@ def _train(args) -> int:
     from .launcher import launch
     if (args.schedule is None) == (args.plan is None):
         raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
+    if args.dp < 1:
+        raise ValueError(f"--dp must be >= 1, got {args.dp}")
+    args.layers_given = args.layers is not None
+    plan = None
     if args.plan:
         plan = load_plan(args.plan)
         if args.ranks is not None and args.ranks != plan.ranks:
             raise ValueError(f"--ranks {args.ranks} but the plan has {plan.ranks} ranks")
         if args.layers is None:
             args.layers = plan.num_layers or max(6, plan.schedule.num_stages)
+        m = plan.microbatches
     else:
         if args.ranks is None:
             raise ValueError("--schedule needs --ranks P")
@@ -64,18 +72,23 @@ def _train(args) -> int:
             S = args.ranks * (args.chunks or (2 if args.schedule in ("zb-v", "dualpipe-v", "interleaved-1f1b",
                                                                      "looped-bfs", "interleaved-zb") else 1))
             args.layers = max(6, S)
-        plan = schedule_plan(args.schedule, args.ranks, m, args.layers, args.chunks)
-    if args.batch_size % plan.microbatches:
-        args.batch_size = plan.microbatches * max(1, args.batch_size // plan.microbatches)
-    spec = None if args.timed else _model(args)
+    unit = m * args.dp                   # every replica's share splits into the microbatches
+    if args.batch_size % unit:
+        args.batch_size = unit * max(1, args.batch_size // unit)
+    spec, sendable = (None, None) if args.timed else _model(args)
+    if plan is None:
+        plan = schedule_plan(args.schedule, args.ranks, m, spec.num_layers if spec else args.layers,
+                             args.chunks)
     check = args.check_reference
     dtype = "float64" if check else args.dtype
     name = plan.meta.get("name", args.plan or args.schedule)
-    print(f"{name}: {plan.ranks} ranks, {plan.microbatches} microbatches, {plan.schedule.num_stages} stages, "
-          f"{args.steps} steps on {args.devices} ({dtype})", flush=True)
-    h = launch(plan, model=spec, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
+    dp = f" x {args.dp} data-parallel replicas ({plan.ranks * args.dp} processes)" if args.dp > 1 else ""
+    what = spec.name if spec is not None else "timed"
+    print(f"{name}: {what}, {plan.ranks} ranks{dp}, {plan.microbatches} microbatches, "
+          f"{plan.schedule.num_stages} stages, {args.steps} steps on {args.devices} ({dtype})", flush=True)
+    h = launch(plan, model=sendable, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
                dtype=dtype, capture_grads=check, timeout=args.timeout,
-               timed=args.timed if args.timed else False)
+               timed=args.timed if args.timed else False, dp=args.dp)
     predicted_peak = _predicted_peak(plan, args)
     try:
         for ev in h.events():
@@ -131,7 +144,7 @@ def _tune(args) -> int:
 
     from .tuning import tune
     args.layers = args.layers or 6
-    spec = _model(args)
+    spec, _ = _model(args)
     if spec.batch_size % args.microbatches:
         raise ValueError(f"--batch-size {spec.batch_size} does not split into {args.microbatches} microbatches")
     from .launcher import WorkerError
@@ -154,12 +167,14 @@ def _tune(args) -> int:
 
 def _profile(args) -> int:
     from .profiler import profile
+    args.layers_given = args.layers is not None
     args.layers = args.layers or 6
-    spec = _model(args)
+    spec, _ = _model(args)
     import os
     threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.devices == "cpu" else None
     prob = profile(spec, ranks=args.ranks, microbatches=args.microbatches, device=args.devices,
-                   dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads)
+                   dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads,
+                   dp=args.dp, dp_bandwidth=args.dp_bandwidth)
     from .costfields import cost_fields
     cf = cost_fields(prob)
     for i, l in enumerate(prob.layers):
@@ -173,11 +188,16 @@ def _profile(args) -> int:
 
 
 def _common(p) -> None:
-    p.add_argument("--model", default="demo-gpt", help="model (the CLI runs demo-gpt)")
+    p.add_argument("--model", default="demo-gpt",
+                   help="demo-gpt, hf:<model type> (llama, qwen2, qwen3, mistral, gpt2) or package.module:factory")
+    p.add_argument("--model-config", metavar="JSON",
+                   help="hf: models: config fields as JSON, e.g. '{\"hidden_size\": 64, \"num_hidden_layers\": 4}'")
+    p.add_argument("--dp", type=int, default=1,
+                   help="data-parallel replicas of the pipeline (processes = ranks x dp)")
     p.add_argument("--layers", type=int, default=None, help="demo-gpt layers (embedding + blocks + head)")
     p.add_argument("--dim", type=int, default=64, help="demo-gpt width")
-    p.add_argument("--seq", type=int, default=32, help="demo-gpt sequence length")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    p.add_argument("--seq", type=int, default=32, help="sequence length (demo-gpt, hf: models)")
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per step (all replicas together)")
     p.add_argument("--devices", default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--dtype", default="float32")
 
@@ -209,6 +229,8 @@ def register(subparsers) -> None:
     q.add_argument("--ranks", type=int, default=4)
     q.add_argument("--microbatches", type=int, default=8)
     q.add_argument("--repeats", type=int, default=5)
+    q.add_argument("--dp-bandwidth", type=float, default=None, metavar="MIB_PER_MS",
+                   help="gradient all-reduce bandwidth to record with --dp")
     q.add_argument("-o", "--output", help="problem file to write")
     q.set_defaults(func=_profile)
 

@@ -19,7 +19,8 @@ class LaunchConfig:
     steps: int = 1
     """Training steps to run for each plan (>= 1)."""
     devices: Any = "cpu"
-    """"cpu" (gloo), "cuda" (NCCL, one GPU per rank) or an int (that many CUDA devices)."""
+    """"cpu" (gloo), "cuda" (NCCL, one GPU per process; with fewer GPUs than processes they share
+    GPUs over gloo, exact but not timing-representative) or an int (that many CUDA devices)."""
     loss_fn: Callable | None = None
     """Loss of the last stage's output and the target, for a model given as layers (picklable)."""
     lr: float = 0.01
@@ -38,6 +39,9 @@ class LaunchConfig:
     """Report every parameter's gradient with each step (for checks against a reference run)."""
     threads: int | None = None
     """torch threads per worker on CPU (default: the machine's cores divided by the ranks)."""
+    dp: int = 1
+    """Data-parallel replicas of the pipeline: plan ranks x dp processes; global rank d * ranks + r
+    is pipeline rank r of replica d; stage gradients are all-reduced across replicas."""
     handlers: Mapping[str, Callable] = field(default_factory=dict)
     """Kind name → ``fn(executor, action, state)`` for user kinds, on top of (or replacing) the
     runtime's ``executor.DEFAULT_HANDLERS``; module-level functions or picklable callables."""

@@ -249,6 +249,15 @@ class RankExecutor:
                        for s, ls in layers.items()}
         self.saved = SavedBytes({p.untyped_storage().data_ptr() for ls in layers.values()
                                  for l in ls for p in l.parameters()})
+        # position of each stage's last weight-gradient action: its gradients are final after it
+        last = {}
+        for pos, a in enumerate(self.order):
+            if a.kind.computes_weight_grad:
+                last[a.stage] = pos
+        self.grads_final_at = {pos: s for s, pos in last.items()}
+        self.on_stage_done: Callable[[int], None] | None = None
+        """Called with a stage index right after the action that finishes its gradients (the
+        data-parallel all-reduce starts there)."""
 
     # -- used by handlers -------------------------------------------------------------------------
     def stage_input(self, a: Action) -> torch.Tensor:
@@ -344,6 +353,8 @@ class RankExecutor:
                     st.held = activation_bytes(self.saved.storages, st.x, st.y)
                     self.saved.storages = {}
                 self.transport.flush()
+                if self.on_stage_done is not None and pos in self.grads_final_at:
+                    self.on_stage_done(self.grads_final_at[pos])
             except Exception as e:
                 raise ActionError(self.rank, text, step, e) from e
             records.append((text, start, end))

@@ -51,6 +51,9 @@ class StepEvent:
     plan_index: int = 0
     grads: dict | None = None
     rank_times: tuple = ()
+    replica_grad_diff: float | None = None
+    """With data parallelism and captured gradients: the largest difference between two replicas'
+    gradients after the all-reduce (0.0: every replica takes the same optimizer step)."""
 
 
 def _free_port() -> int:
@@ -196,7 +199,8 @@ class RunHandle:
         ti, step, pos = self._progress[3 * rank: 3 * rank + 3]
         if ti < 0 or pos < 0:
             return None, None
-        order = self.plans[ti].schedule.order[rank]
+        plan = self.plans[ti]
+        order = plan.schedule.order[rank % plan.ranks]
         return (str(order[pos]) if pos < len(order) else None), (step if step >= 0 else None)
 
     def _fail(self, err: WorkerError) -> None:
@@ -295,8 +299,10 @@ class RunHandle:
         same_host = len(set(self.hosts.values())) <= 1
         recs = []
         for r, m in got.items():
+            if m.get("replica", 0) != 0:            # the timeline shows replica 0's pipeline
+                continue
             shift = 0 if same_host else m["t0"]     # other machines: align at the step's barrier
-            recs += [(r, a, (s - shift) / 1e6, (e - shift) / 1e6) for a, s, e in m["records"]]
+            recs += [(m.get("prank", r), a, (s - shift) / 1e6, (e - shift) / 1e6) for a, s, e in m["records"]]
         t_min = min((s for _, _, s, _ in recs), default=0.0)
         recs = [(r, a, s - t_min, e - t_min) for r, a, s, e in recs]
         tl = Timeline.from_records(plan.ranks, recs, source="measured", schedule=plan.schedule)
@@ -307,14 +313,21 @@ class RunHandle:
         t0 = min(m["t0"] for m in got.values())
         t1 = max(m["t_end"] for m in got.values())
         step_time = (t1 - t0) / 1e9 if same_host else max(m["t_end"] - m["t0"] for m in got.values()) / 1e9
-        loss = next((m["loss"] for m in got.values() if m["loss"] is not None), None)
-        grads = None
+        losses = [m["loss"] for m in got.values() if m["loss"] is not None]   # one per replica
+        loss = sum(losses) / len(losses) if losses else None
+        grads, spread = None, None
         if any(m["grads"] is not None for m in got.values()):
-            grads = {}
+            grads, others = {}, []
             for m in got.values():
-                grads.update(m["grads"] or {})
+                if m.get("replica", 0) == 0:
+                    grads.update(m["grads"] or {})
+                else:
+                    others.append(m["grads"] or {})
+            if others:
+                import numpy as np
+                spread = max((float(np.abs(o[k] - grads[k]).max()) for o in others for k in o), default=0.0)
         ev = StepEvent(msg["step"], loss, step_time, tl, msg["task"], grads,
-                       tuple((m["t_end"] - m["t0"]) / 1e9 for _, m in sorted(got.items())))
+                       tuple((m["t_end"] - m["t0"]) / 1e9 for _, m in sorted(got.items())), spread)
         self.losses.append(loss)
         self.step_times.append(step_time)
         self.timelines.append(tl)
@@ -344,8 +357,16 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     ``loss_fn``) or a picklable factory returning one. ``data``: None (synthetic), ``(x, y)``, a
     list of them, or a picklable ``step -> (x, y)``. ``config``: a ``LaunchConfig`` (steps,
     devices, optimizer, timing, handlers, ...); keyword ``fields`` override its fields by name.
+    ``dp`` (a LaunchConfig field): data-parallel replicas of the pipeline; world = plan ranks x dp
+    processes, pipeline rank r of replica d is global rank d * ranks + r; replica d trains on the
+    d-th share of each batch and stage gradients are all-reduced across replicas
+    (``kernel_runtime.dp``). With ``devices="cuda"`` and fewer GPUs than processes, processes
+    share GPUs and messages go through host memory over gloo (exact, but timings are not
+    representative: a warning says so).
     """
     cfg = config_with(config, **fields)
+    from .hf import as_model
+    model = as_model(model)                  # a Hugging Face model object → its ModelSpec
     import torch
     import torch.multiprocessing as tmp
 
@@ -363,7 +384,15 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     else:
         spec = as_spec(model, cfg.loss_fn, num_layers=n_layers)
     plans = prepare_plans(probe, spec.num_layers, cfg.handlers)
-    world = plans[0].ranks
+    dp = cfg.dp
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise PlanRefused(f"dp must be an integer >= 1 (data-parallel replicas), got {dp!r}")
+    world = plans[0].ranks * dp
+    if data is None and spec.batch is not None:
+        bad = [p.microbatches for p in plans if spec.batch_size % (p.microbatches * dp)]
+        if bad:
+            raise PlanRefused(f"{spec.name}'s batch of {spec.batch_size} does not split into {dp} replica(s) x "
+                              f"{bad[0]} microbatches: use a batch size divisible by {bad[0] * dp}")
     dev, backend = _devices(cfg.devices, world)
     dtype = cfg.dtype
     if isinstance(dtype, torch.dtype):
@@ -378,7 +407,7 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
               model=model, loss_fn=cfg.loss_fn, data=data, timed=timed, device=dev, backend=backend,
               dtype=dtype, lr=cfg.lr, optimizer=cfg.optimizer, seed=cfg.seed, timeout=cfg.timeout,
               threads=threads, master_port=_free_port(), handlers=dict(cfg.handlers),
-              kinds=[kind_fields(user_kinds[k]) for k in sorted(user_kinds)])
+              kinds=[kind_fields(user_kinds[k]) for k in sorted(user_kinds)], dp=dp)
     _check_sendable(job)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
@@ -423,8 +452,12 @@ def _devices(devices, world: int) -> tuple[str, str]:
         if not torch.cuda.is_available():
             raise PlanRefused("devices='cuda' but torch.cuda.is_available() is False: use devices='cpu'")
         n = torch.cuda.device_count() if devices == "cuda" else min(int(devices), torch.cuda.device_count())
+        if n < 1:
+            raise PlanRefused(f"devices={devices!r}: no GPU to use")
         if n < world:
-            raise PlanRefused(f"the plan needs {world} GPUs (one per rank, NCCL) but {n} are available: "
-                              "use a plan with fewer ranks, or devices='cpu'")
+            import warnings
+            warnings.warn(f"{world} processes share {n} GPU(s): messages are staged through host memory "
+                          "over gloo; results are exact but timings are not representative", stacklevel=3)
+            return "cuda", "gloo"
         return "cuda", "nccl"
     raise PlanRefused(f"devices must be 'cpu', 'cuda' or a GPU count, not {devices!r}")

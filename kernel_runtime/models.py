@@ -44,8 +44,14 @@ class ModelSpec:
     """Label for reports."""
     meta: dict = field(default_factory=dict)
     """Extras (e.g. the GPT config)."""
+    build_many: Callable[[Sequence[int]], list[nn.Module]] | None = None
+    """Optional: layer indices → their modules, built together from one seeded whole model (a
+    ``split_module`` spec); when set, ``layers`` seeds once and calls it instead of ``build``."""
 
     def layers(self, indices: Sequence[int], seed: int, device="cpu", dtype=torch.float32) -> list[nn.Module]:
+        if self.build_many is not None:
+            torch.manual_seed(seed * 100003)
+            return [m.to(device=device, dtype=dtype) for m in self.build_many(list(indices))]
         out = []
         for i in indices:
             torch.manual_seed(seed * 100003 + i)
@@ -71,23 +77,35 @@ def as_spec(model: Any, loss_fn=None, *, num_layers: int | None = None, timed=No
     elif isinstance(model, str):
         raise ModelError(f"unknown model {model!r}: use 'demo-gpt', a ModelSpec, an nn.Sequential, "
                          "a list of modules or a factory returning one")
+    elif _is_hf_model(model):          # launch() and profile() convert these first (hf.as_model)
+        raise ModelError(f"{type(model).__name__} is a Hugging Face model: pass "
+                         "kernel_runtime.from_transformers(model)")
     elif isinstance(model, (nn.Sequential, list, tuple, nn.ModuleList)):
         spec = _whole_model_spec(model, loss_fn, "custom")
     elif callable(model):
         built = model()
         if isinstance(built, ModelSpec):
             spec = built
+        elif (isinstance(built, tuple) and len(built) == 2 and callable(built[1])
+              and not isinstance(built[1], nn.Module)):
+            spec = _whole_model_spec(built[0], loss_fn or built[1], getattr(model, "__name__", "custom"))
         else:
             spec = _whole_model_spec(built, loss_fn, getattr(model, "__name__", "custom"))
     else:
         raise ModelError(f"model must be 'demo-gpt', a ModelSpec, layers or a factory, "
                          f"not {type(model).__name__}")
     if loss_fn is not None:
-        spec = ModelSpec(num_layers=spec.num_layers, build=spec.build, loss_fn=loss_fn,
-                         batch=spec.batch, batch_size=spec.batch_size, name=spec.name, meta=spec.meta)
+        import dataclasses
+        spec = dataclasses.replace(spec, loss_fn=loss_fn)
     if spec.loss_fn is None:
         raise ModelError("a model given as layers needs loss_fn=(output, target) -> scalar loss")
     return spec
+
+
+def _is_hf_model(model: Any) -> bool:
+    """A transformers ``PreTrainedModel`` (checked by name: transformers is optional)."""
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel"
+               for c in type(model).__mro__)
 
 
 # -- the demo GPT -----------------------------------------------------------------------------------

@@ -95,8 +95,10 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
         comm = None if c is None else {"latency": c.latency, "bandwidth": c.bandwidth,
                                        "comm_cpu": c.comm_cpu, "samples": c.samples}
     params = [[p.numel() * p.element_size() for p in l.parameters()] for l in layers]
+    grads = [sum(p.numel() * p.element_size() for p in l.parameters() if p.requires_grad) for l in layers]
     return {"units": {u: vars(v) for u, v in times.items()}, "overhead": overhead, "comm": comm,
-            "params": [sum(p) for p in params], "names": [type(l).__name__.lower() for l in layers],
+            "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
+            "grads": grads,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
             "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
 
@@ -200,7 +202,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             warmup: int = 2, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
             comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
             processes: int | None = None, stages: Sequence[Sequence[int]] = (),
-            timeout: float = 900.0) -> Problem:
+            timeout: float = 900.0, dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
     """Measure per-layer f, b, w, bw (ms), act, act_w, out, mem (MiB), and the problem's overhead,
     comm, bandwidth and comm_cpu; one microbatch of ``model`` (what ``launch`` takes).
 
@@ -236,13 +238,15 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
                            microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
                            warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
-                           memory_limit=memory_limit, threads=threads, processes=0, stages=stages)
+                           memory_limit=memory_limit, threads=threads, processes=0, stages=stages,
+                           dp=dp, dp_bandwidth=dp_bandwidth)
         results = _run_workers(job, timeout)
     return _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
-                     memory_limit=memory_limit, path=path)
+                     memory_limit=memory_limit, path=path, dp=int(dp), dp_bandwidth=dp_bandwidth)
 
 
-def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path) -> Problem:
+def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path,
+              dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
     ov = res["overhead"]
     state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
     less = lambda t, k: max(t - ov[k], 1e-4)                   # the fixed part is the problem's overhead
@@ -251,8 +255,9 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         u = res["units"][(i,)]
         b = 0.0 if u["deferred"] else less(u["b"], "I")
         layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
-                       "mem": res["params"][i] * state_factor / _MIB, "name": f"{name}{i}"})
-        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB, "out": u["out"] / _MIB})
+                       "mem": res["params"][i] * state_factor / _MIB, "name": name})
+        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB, "out": u["out"] / _MIB,
+                       "grad": res["grads"][i] / _MIB})
     c = res["comm"]
     stages = [{"layers": list(u), **{k: res["units"][u][k] for k in ("f", "b", "w", "bw")}}
               for u in res["units"] if len(u) > 1]
@@ -270,8 +275,22 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
     if memory_limit is not None:
         d["memory_limit"] = memory_limit
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None
+    if dp > 1:
+        # the replicas' all-reduce bandwidth: given, else the point-to-point one measured here
+        if dp_bandwidth is None and bw is None:
+            raise ValueError("profile(dp > 1) needs dp_bandwidth (MiB/ms) when no bandwidth was measured")
+        d["dp"], d["dp_bandwidth"] = dp, float(dp_bandwidth if dp_bandwidth is not None else bw)
     prob = _with_cost_fields(d, bandwidth=bw, overhead=ov, comm_cpu=c["comm_cpu"] if c else None,
                              layers=extras)
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+def _layer_name(spec, layer, i: int) -> str:
+    """The layer's module names for a ``split_module`` spec ("blocks.3", "norm+head"), else its class
+    and index ("block3")."""
+    names = spec.meta.get("layer_names") if isinstance(getattr(spec, "meta", None), dict) else None
+    if names and i < len(names):
+        return "+".join(names[i])
+    return f"{type(layer).__name__.lower()}{i}"

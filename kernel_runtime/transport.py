@@ -30,27 +30,42 @@ class CommError(RuntimeError):
 
 
 class ChannelGroups:
-    """Process group per directed channel (NCCL) or the default group (gloo); created once, reused."""
+    """Process group per directed channel (NCCL) or the default group (gloo); created once, reused.
 
-    def __init__(self, backend: str):
+    With data parallelism the world holds ``replicas`` pipelines of ``ranks`` processes each:
+    pipeline rank r of replica d is global rank ``d * ranks + r``. Channels are named by pipeline
+    ranks; ``global_rank`` maps a peer into this process's replica, and on NCCL every replica gets
+    its own group per channel (all processes create all of them, in one order).
+    """
+
+    def __init__(self, backend: str, ranks: int | None = None, replica: int = 0, replicas: int = 1):
         self.backend = backend
+        self.ranks, self.replica, self.replicas = ranks, replica, replicas
         self._groups: dict[tuple[int, int], object] = {}
+
+    def global_rank(self, r: int) -> int:
+        """Global rank of pipeline rank ``r`` in this process's replica."""
+        return r if self.ranks is None else self.replica * self.ranks + r
 
     def ensure(self, channels: tuple[tuple[int, int], ...], rank: int, device: torch.device) -> None:
         """Create (collectively: every rank calls this with the same channels) and warm up groups."""
         if self.backend != "nccl":
             return
         new = [c for c in channels if c not in self._groups]
+        R = self.ranks or 0
         for c in new:                    # new_group is collective over the world: same order everywhere
-            self._groups[c] = dist.new_group(sorted(c))
+            for d in range(self.replicas):
+                g = dist.new_group(sorted(d * R + r for r in c))
+                if d == self.replica:
+                    self._groups[c] = g
         # warm up in one global order so each lazy communicator init finds its peer
         for c in new:
             if rank in c:
                 t = torch.zeros(1, device=device)
                 if rank == c[0]:
-                    dist.send(t, dst=c[1], group=self._groups[c])
+                    dist.send(t, dst=self.global_rank(c[1]), group=self._groups[c])
                 else:
-                    dist.recv(t, src=c[0], group=self._groups[c])
+                    dist.recv(t, src=self.global_rank(c[0]), group=self._groups[c])
 
     def group(self, src: int, dst: int):
         return self._groups.get((src, dst))
@@ -71,6 +86,9 @@ class Transport:
         self.rank, self.comm, self.shapes, self.device = rank, comm, shapes, device
         self.groups, self.timeout, self.window = groups, float(timeout), max(1, int(window))
         self.nccl = groups.backend == "nccl"
+        # CUDA tensors over gloo (processes sharing GPUs): stage every message through host memory
+        self.staged = device.type == "cuda" and not self.nccl
+        self.buf_device = torch.device("cpu") if self.staged else device
         self._ops: list = []
         self._sends: list[tuple[Message, object, torch.Tensor]] = []
 
@@ -100,10 +118,11 @@ class Transport:
         while self._posted[src] < upto:
             msg = msgs[self._posted[src]]
             shape, dtype = self.shapes[(msg.what, msg.stage)]
-            buf = torch.empty(shape, dtype=dtype, device=self.device)
+            buf = torch.empty(shape, dtype=dtype, device=self.buf_device)
             rec = _Recv(msg, buf, None)
             self._recvs[(src, msg.index)] = rec
-            self._ops.append(("recv", rec, dist.P2POp(dist.irecv, buf, src, self.groups.group(src, self.rank))))
+            self._ops.append(("recv", rec, dist.P2POp(dist.irecv, buf, self.groups.global_rank(src),
+                                                      self.groups.group(src, self.rank))))
             self._posted[src] += 1
 
     def receive(self, msg: Message, action: str) -> torch.Tensor:
@@ -115,14 +134,16 @@ class Transport:
         self._wait(rec.work, action, src, msg, f"no message after {self.timeout:g} s")
         self._consumed[src] += 1
         self._post_recvs(src, self._consumed[src] + self.window)
-        return rec.buf
+        return rec.buf.to(self.device, non_blocking=False) if self.staged else rec.buf
 
     # -- send ------------------------------------------------------------------------------------
     def send(self, msg: Message, tensor: torch.Tensor) -> None:
         t = tensor.detach()
+        if self.staged:
+            t = t.cpu()
         if not t.is_contiguous():
             t = t.contiguous()
-        self._ops.append(("send", (msg, t), dist.P2POp(dist.isend, t, msg.dst,
+        self._ops.append(("send", (msg, t), dist.P2POp(dist.isend, t, self.groups.global_rank(msg.dst),
                                                        self.groups.group(self.rank, msg.dst))))
 
     def flush(self) -> None:

@@ -6,6 +6,7 @@ runs steps: barrier, actions, optimizer step, report. Reports go to the launcher
 per message, plain Python and numpy only) or, under torchrun, to stdout as JSON lines.
 
 torchrun:  torchrun --nproc-per-node 4 -m kernel_runtime.worker --plan plan.json --steps 10
+           torchrun --nproc-per-node 8 -m kernel_runtime.worker --plan plan.json --dp 2   (4 ranks x 2)
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class Job:
     master_port: int = 29500
     handlers: dict = field(default_factory=dict)  # kind → handler, on top of executor.DEFAULT_HANDLERS
     kinds: list = field(default_factory=list)   # user kinds of the plans, as picklable fields
+    dp: int = 1                    # data-parallel replicas: world = plan ranks x dp (see dp.py)
 
 
 def kind_fields(kind) -> dict:
@@ -101,7 +103,7 @@ def _device(job: Job, local_rank: int):
     return torch.device("cpu")
 
 
-def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
+def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype, to_global=None, on_device=None):
     """(what, stage) → (shape, dtype) for every message this rank sends or receives.
 
     Stage by stage in model order, the owner runs one no-grad forward on a zero tensor of its input
@@ -111,6 +113,8 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
     import torch.distributed as dist
     sched = plan.schedule
     S, place = sched.num_stages, sched.placement
+    to_global = to_global or (lambda r: r)
+    hdr_dev = device if (on_device if on_device is not None else device.type == "cuda") else "cpu"
     shapes: dict = {}
     in_meta = None
     for s in range(S - 1):
@@ -135,10 +139,10 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
                 hdr = torch.zeros(10, dtype=torch.int64)
                 hdr[0], hdr[1] = _DTYPES.index(str(y.dtype)), y.dim()
                 hdr[2:2 + y.dim()] = torch.tensor(y.shape)
-                dist.send(hdr.to(device) if device.type == "cuda" else hdr, dst=dst)
+                dist.send(hdr.to(hdr_dev), dst=to_global(dst))
         elif rank == dst:
-            hdr = torch.zeros(10, dtype=torch.int64, device=device if device.type == "cuda" else "cpu")
-            dist.recv(hdr, src=src)
+            hdr = torch.zeros(10, dtype=torch.int64, device=hdr_dev)
+            dist.recv(hdr, src=to_global(src))
             hdr = hdr.cpu()
             meta = (tuple(int(v) for v in hdr[2:2 + int(hdr[1])]),
                     getattr(torch, _DTYPES[int(hdr[0])].removeprefix("torch.")))
@@ -174,6 +178,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
     from flexpipe_ui.passes import derive_comm
     from .data import get_batch, make_optimizer, split_microbatches
+    from .dp import GradAllReduce, Layout, replica_share
     from .executor import DEFAULT_HANDLERS, CpuTimer, CudaTimer, RankExecutor
     from .models import as_spec
     from .transport import ChannelGroups
@@ -183,22 +188,30 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     dtype = _dtype(job.dtype)
     device = _device(job, rank if local_rank is None else local_rank)
     if not dist.is_initialized():
-        kw = {"device_id": device} if device.type == "cuda" else {}
+        kw = {"device_id": device} if job.backend == "nccl" else {}
         dist.init_process_group(job.backend, rank=rank, world_size=job.world,
                                 timeout=timedelta(seconds=max(job.timeout, 30.0)), **kw)
     _register_kinds(job.kinds)
-    groups = ChannelGroups(job.backend)
-    timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
     plans = [plan_from_dict(t.plan) for t in job.tasks]
+    lay = Layout(rank, job.world // job.dp, job.dp)
+    if lay.ranks * job.dp != job.world or plans[0].ranks != lay.ranks:
+        raise ValueError(f"world {job.world} != plan ranks {plans[0].ranks} x dp {job.dp}")
+    glob = rank
+    rank = lay.rank                      # from here on: this process's pipeline rank
+    groups = ChannelGroups(job.backend, lay.ranks, lay.replica, lay.replicas)
+    staged = device.type == "cuda" and job.backend != "nccl"
+    allreduce = GradAllReduce(lay, staged) if job.dp > 1 else None
+    timer = CudaTimer(device) if device.type == "cuda" else CpuTimer()
     spec = as_spec(job.model, job.loss_fn, num_layers=plans[0].num_layers or plans[0].schedule.num_stages,
                    timed=job.timed)
     handlers = {**DEFAULT_HANDLERS, **job.handlers}
-    report({"type": "ready", "rank": rank, "host": os.uname().nodename, "pid": os.getpid()})
+    report({"type": "ready", "rank": glob, "host": os.uname().nodename, "pid": os.getpid()})
     for ti, (task, plan) in enumerate(zip(job.tasks, plans)):
         sched = plan.schedule
         part = plan.partition or tuple((s,) for s in range(sched.num_stages))
         mine = sched.stages_of(rank)
-        layers = {s: spec.layers(part[s], job.seed, device=device, dtype=dtype) for s in mine}
+        built = iter(spec.layers([i for s in mine for i in part[s]], job.seed, device=device, dtype=dtype))
+        layers = {s: [next(built) for _ in part[s]] for s in mine}
         params = [p for s in mine for l in layers[s] for p in l.parameters()]
         opt = make_optimizer(params, job.lr, job.optimizer) if params else None
         comm = derive_comm(sched)
@@ -206,6 +219,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
         def mb(step):
             x, t = get_batch(spec, job.data, step, job.seed)
+            x = replica_share(x, lay.replica, lay.replicas, "input batch")
+            t = replica_share(t, lay.replica, lay.replicas, "target batch")
             x = x.to(device)
             t = t.to(device)
             x = x.to(dtype) if x.is_floating_point() else x
@@ -214,10 +229,13 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
                     split_microbatches(t, sched.microbatches, "target batch"))
 
         first = mb(0)
-        shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype)
+        shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype,
+                               to_global=groups.global_rank, on_device=device.type == "cuda" and not staged)
         prog = (lambda pos, ti=ti: progress(ti, -1, pos)) if progress else None
         ex = RankExecutor(plan, rank, layers, spec.loss_fn, comm, shapes, device, groups, job.timeout,
                           timer, None, handlers)
+        if allreduce is not None:
+            ex.on_stage_done = lambda s, ex=ex: allreduce.start(ex.params[s])
         for step in range(task.steps):
             inputs, targets = first if step == 0 else mb(step)
             if progress:
@@ -227,6 +245,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
                 torch.cuda.reset_peak_memory_stats(device)
             rec = ex.run_step(inputs if 0 in mine else None,
                               targets if sched.num_stages - 1 in mine else None, step)
+            if allreduce is not None:
+                allreduce.finish()
             grads = None
             if task.capture_grads:
                 grads = {f"{part[s][j]}.{n}": p.grad.detach().double().cpu().numpy().copy()
@@ -235,12 +255,12 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
             if opt is not None:
                 opt.step()
             t_end = timer.now()
-            report({"type": "step", "rank": rank, "task": ti, "step": step, "loss": rec.loss,
-                    "records": rec.records, "t0": rec.t0, "t_end": t_end, "grads": grads,
-                    "peak_mem": _peak_memory_mib(device, rec, params, opt)})
+            report({"type": "step", "rank": glob, "prank": rank, "replica": lay.replica, "task": ti,
+                    "step": step, "loss": rec.loss, "records": rec.records, "t0": rec.t0, "t_end": t_end,
+                    "grads": grads, "peak_mem": _peak_memory_mib(device, rec, params, opt)})
         del ex, layers, params, opt
     dist.barrier()
-    report({"type": "done", "rank": rank})
+    report({"type": "done", "rank": glob})
 
 
 def worker_main(rank: int, job: Job, queue, progress_arr=None) -> None:
@@ -298,10 +318,19 @@ def _looks_like_oom(e: BaseException) -> bool:
 
 # -- torchrun --------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """``torchrun ... -m kernel_runtime.worker --plan P``: RANK/WORLD_SIZE come from torchrun."""
+    """``torchrun ... -m kernel_runtime.worker --plan P [--dp D]``: RANK/WORLD_SIZE come from torchrun.
+
+    With ``--dp D`` torchrun starts plan ranks x D processes; global rank ``d * ranks + r`` is
+    pipeline rank r of replica d (``kernel_runtime.dp``). ``--model`` takes what ``flexpipe train``
+    takes (demo-gpt, hf:<type> with --model-config, package.module:factory).
+    """
     p = argparse.ArgumentParser(prog="kernel_runtime.worker")
     p.add_argument("--plan", required=True)
     p.add_argument("--model", default="demo-gpt")
+    p.add_argument("--model-config", default=None, help="hf: models: config fields as JSON")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (world = plan ranks x dp)")
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="float32")
@@ -310,18 +339,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--out", default=None, help="directory for per-rank JSON step reports")
     args = p.parse_args(argv)
+    import types
+
     import torch
     from flexpipe_ui.planfile import load_plan, plan_to_dict
+
+    from .model_arg import resolve_model
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     plan = load_plan(args.plan)
-    if plan.ranks != world:
-        print(f"plan has {plan.ranks} ranks but torchrun started {world} processes", file=sys.stderr)
+    if args.dp < 1 or plan.ranks * args.dp != world:
+        print(f"plan has {plan.ranks} ranks x --dp {args.dp} replicas = {plan.ranks * max(args.dp, 1)} "
+              f"processes but torchrun started {world}", file=sys.stderr)
         return 2
-    job = Job(tasks=[Task(plan_to_dict(plan), args.steps)], world=world, model=args.model,
-              device=device, backend="nccl" if device == "cuda" else "gloo", dtype=args.dtype,
-              lr=args.lr, seed=args.seed, timeout=args.timeout)
+    ns = types.SimpleNamespace(model=args.model, model_config=args.model_config, dim=64, seq=args.seq,
+                               batch_size=args.batch_size, layers_given=False,
+                               layers=plan.num_layers or max(6, plan.schedule.num_stages))
+    try:
+        _, model = resolve_model(ns)
+    except ValueError as e:
+        print(f"kernel_runtime.worker: {e}", file=sys.stderr)
+        return 2
+    n_gpu = torch.cuda.device_count() if device == "cuda" else 0
+    # one GPU per process on this machine: NCCL; fewer: processes share GPUs, gloo through host memory
+    backend = "nccl" if device == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", world)) <= n_gpu else "gloo"
+    job = Job(tasks=[Task(plan_to_dict(plan), args.steps)], world=world, model=model,
+              device=device, backend=backend, dtype=args.dtype,
+              lr=args.lr, seed=args.seed, timeout=args.timeout, dp=args.dp)
     out = None
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -330,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     def report(msg):
         if msg["type"] == "step":
             if msg["loss"] is not None:
-                print(json.dumps({"step": msg["step"], "loss": msg["loss"],
+                print(json.dumps({"step": msg["step"], "loss": msg["loss"], "replica": msg.get("replica", 0),
                                   "step_time": (msg["t_end"] - msg["t0"]) / 1e9}), flush=True)
             if out is not None:
                 out.write(json.dumps({k: v for k, v in msg.items() if k != "grads"}) + "\n")

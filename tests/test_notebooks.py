@@ -13,9 +13,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 pytestmark = pytest.mark.slow
 
 
-def test_all_four_notebooks_exist():
+def test_all_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_design_by_hand.ipynb",
-                                           "03_auto_vs_manual.ipynb", "04_launch_training.ipynb"]
+                                           "03_auto_vs_manual.ipynb", "04_launch_training.ipynb",
+                                           "05_your_model.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

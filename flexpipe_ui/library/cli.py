@@ -27,6 +27,9 @@ def register(sub) -> None:
                    help="layer split: even by count (earlier stages take the extra) or cost-balanced")
     p.add_argument("--recompute", action="store_true",
                    help="with --program: recompute every stage's forward before its backward (kind R)")
+    p.add_argument("--layout", metavar="STR",
+                   help="stage split as a Megatron-Core --pipeline-model-parallel-layout string, "
+                        "e.g. 'Et*3|t*4|t*3L' (E embedding, t block, L loss/head, | between stages)")
     p.add_argument("-o", "--output", help="plan file to write")
     p.set_defaults(func=_cmd_plan)
 
@@ -54,6 +57,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError("give --problem PROBLEM.json, or --ranks and --microbatches for uniform costs")
     if problem is None and args.microbatches is None:
         raise ValueError("give --microbatches (or --problem)")
+    layout = None
+    if args.layout:
+        from ..layout import parse_layout
+        layout = parse_layout(args.layout, problem.num_layers if problem else None)
+        if args.partition != "even":
+            print("flexpipe plan: warning: --partition has no effect with --layout", file=sys.stderr)
+        ranks = args.ranks or problem.ranks
+        if args.name and args.name in NAMED and args.chunks is None and len(layout) % ranks == 0:
+            try:                              # the layout's stages per rank, if the family has that
+                NAMED[args.name].chunks_for(len(layout) // ranks)
+                args.chunks = len(layout) // ranks
+            except ValueError:
+                pass
+        if problem is not None:
+            args.partition = layout
     if args.program:
         from ..dsl import program_from_source
         prog = program_from_source(args.program)
@@ -72,6 +90,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from . import build_named
         plan = build_named(args.name, problem, ranks=args.ranks, microbatches=args.microbatches,
                            chunks=args.chunks, partition=args.partition)
+    if layout is not None:
+        if plan.schedule.num_stages != len(layout):
+            raise ValueError(f"--layout {args.layout!r} has {len(layout)} stages but the schedule has "
+                             f"{plan.schedule.num_stages} ({plan.ranks} ranks): give as many stages, "
+                             "or --chunks to match")
+        from dataclasses import replace as _replace
+        plan = _replace(plan, partition=layout, meta={**plan.meta, "megatron_layout": args.layout})
     validate(plan.schedule)
     res = simulate(plan, problem)
     m = res.metrics

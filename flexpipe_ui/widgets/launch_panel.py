@@ -1,5 +1,7 @@
 """``LaunchPanel``: train a plan from a cell, watch loss and step time, see measured vs predicted.
 
+``model`` is a name ("demo-gpt") or a model object: a ``ModelSpec`` (``split_module``,
+``from_transformers``), a Hugging Face causal LM, or a picklable factory.
 Start calls ``kernel_runtime.launch(plan, model=..., steps=..., devices=...)`` (CPU/gloo by
 default, GPUs when torch sees them) and a background thread polls the run's events, so the
 notebook stays responsive and Stop works while it trains. Each step event updates the loss curve
@@ -37,6 +39,17 @@ def available_devices() -> list[str]:
     return out
 
 
+def _model_label(model: Any) -> str:
+    """What the model box shows for a model object."""
+    name = getattr(model, "name", None)                      # a ModelSpec
+    if isinstance(name, str) and hasattr(model, "num_layers"):
+        return f"{name} ({model.num_layers} layers)"
+    cfg = getattr(model, "config", None)                     # a Hugging Face model
+    if cfg is not None and getattr(cfg, "model_type", None):
+        return f"hf:{cfg.model_type}"
+    return getattr(model, "__name__", type(model).__name__)
+
+
 def _get(ev: Any, key: str, default=None):
     if isinstance(ev, dict):
         return ev.get(key, default)
@@ -52,7 +65,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
     step_time = traitlets.Float(float("nan"))
     status = traitlets.Unicode("")
 
-    def __init__(self, plan: Plan, problem: Problem | None = None, *, model: str = "demo-gpt",
+    def __init__(self, plan: Plan, problem: Problem | None = None, *, model: Any = "demo-gpt",
                  steps: int = 10, devices: str | None = None, poll_s: float = 0.25,
                  half_px: int = 480, **launch_kwargs):
         super().__init__()
@@ -75,7 +88,12 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.predicted = simulate(self.plan, problem)
 
         devs = available_devices()
-        self.w_model = w.Text(value=model, description="model", layout=w.Layout(width="220px"))
+        # model: a name typed in the box ("demo-gpt"), or an object shown by its label: a
+        # kernel_runtime ModelSpec (split_module, from_transformers), a Hugging Face model, a factory
+        self.model = None if isinstance(model, str) else model
+        self.w_model = w.Text(value=model if isinstance(model, str) else _model_label(model),
+                              description="model", disabled=not isinstance(model, str),
+                              layout=w.Layout(width="220px"))
         self.w_steps = w.BoundedIntText(value=steps, min=1, max=1_000_000, description="steps",
                                         layout=w.Layout(width="160px"))
         self.w_devices = w.Dropdown(options=devs, value=devices or ("cuda" if "cuda" in devs else "cpu"),
@@ -119,7 +137,8 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
             for tr in self.loss_fig.data:
                 tr.x, tr.y = [], []
         self.status = f"launching {self.w_model.value} for {self.w_steps.value} steps on {self.w_devices.value}…"
-        self.handle = launch(self.plan, model=self.w_model.value, steps=int(self.w_steps.value),
+        self.handle = launch(self.plan, model=self.model if self.model is not None else self.w_model.value,
+                             steps=int(self.w_steps.value),
                              devices=self.w_devices.value, **self.launch_kwargs)
         self.running = True
         self._thread = threading.Thread(target=self._follow, daemon=True, name="flexpipe-launch")
