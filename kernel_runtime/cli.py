@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flexpipe_ui import cli_types as T
+
 __all__ = ["register", "schedule_plan"]
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+"""What ``--dtype`` accepts (the workers' ``_dtype`` table)."""
 
 
 def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunks: int | None = None):
@@ -43,6 +48,12 @@ def _model(args):
     return demo_gpt(n_blocks=args.layers - 2, dim=args.dim, seq=args.seq, batch_size=args.batch_size)
 
 
+def _check_model_flags(args) -> None:
+    """Refuse model flags the workers would refuse, before any process starts."""
+    from .models import GPTConfig
+    GPTConfig(seq=args.seq, dim=args.dim, n_blocks=max(0, (args.layers or 6) - 2))
+
+
 def _train(args) -> int:
     import numpy as np
 
@@ -52,6 +63,7 @@ def _train(args) -> int:
     from .launcher import launch
     if (args.schedule is None) == (args.plan is None):
         raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
+    _check_model_flags(args)
     if args.plan:
         plan = load_plan(args.plan)
         if args.ranks is not None and args.ranks != plan.ranks:
@@ -122,12 +134,12 @@ def _profile(args) -> int:
 
 def _common(p) -> None:
     p.add_argument("--model", default="demo-gpt", help="model (the CLI runs demo-gpt)")
-    p.add_argument("--layers", type=int, default=None, help="demo-gpt layers (embedding + blocks + head)")
-    p.add_argument("--dim", type=int, default=64, help="demo-gpt width")
-    p.add_argument("--seq", type=int, default=32, help="demo-gpt sequence length")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    p.add_argument("--layers", type=T.integer(3, 4096), default=None, help="demo-gpt layers (embedding + blocks + head)")
+    p.add_argument("--dim", type=T.integer(1, 65536), default=64, help="demo-gpt width")
+    p.add_argument("--seq", type=T.integer(1, 1 << 20), default=32, help="demo-gpt sequence length")
+    p.add_argument("--batch-size", type=T.integer(1, 1 << 20), default=16, help="sequences per step")
     p.add_argument("--devices", default="cpu", help="cpu (gloo) or cuda (NCCL)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
 
 
 def register(subparsers) -> None:
@@ -136,14 +148,15 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--schedule", help="named schedule (flexpipe plan --list)")
     p.add_argument("--plan", help="a flexpipe-plan/1 file")
-    p.add_argument("--ranks", type=int, help="pipeline ranks (processes)")
-    p.add_argument("--microbatches", type=int, help="microbatches per step (default 2 x ranks)")
-    p.add_argument("--chunks", type=int, help="stages per rank for interleaved schedules")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a receive may wait")
-    p.add_argument("--timed", type=float, default=None, metavar="MS",
+    p.add_argument("--ranks", type=T.ranks, help="pipeline ranks (processes)")
+    p.add_argument("--microbatches", type=T.microbatches, help="microbatches per step (default 2 x ranks)")
+    p.add_argument("--chunks", type=T.integer(1, 64), help="stages per rank for interleaved schedules")
+    p.add_argument("--steps", type=T.integer(1, 10**6), default=3)
+    p.add_argument("--lr", type=T.nonnegative, default=0.01)
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0)
+    p.add_argument("--timeout", type=T.seconds, default=60.0,
+                   help="seconds a receive, or one action's compute, may take before the run is stopped")
+    p.add_argument("--timed", type=T.number(minimum=0.0, maximum=1e6), default=None, metavar="MS",
                    help="run the sleeping model instead: each layer's F, I and W take MS ms")
     p.add_argument("--check-reference", action="store_true",
                    help="float64, and compare with a single-process step; last line max_grad_diff=<x>")
@@ -152,9 +165,9 @@ def register(subparsers) -> None:
     q = subparsers.add_parser("profile", help="measure per-layer costs into a flexpipe-problem/1",
                               description="Time f, b (input grad), w (weight grad) and memory per layer.")
     _common(q)
-    q.add_argument("--ranks", type=int, default=4)
-    q.add_argument("--microbatches", type=int, default=8)
-    q.add_argument("--repeats", type=int, default=5)
+    q.add_argument("--ranks", type=T.ranks, default=4)
+    q.add_argument("--microbatches", type=T.microbatches, default=8)
+    q.add_argument("--repeats", type=T.integer(1, 10000), default=5)
     q.add_argument("-o", "--output", help="problem file to write")
     q.set_defaults(func=_profile)
 
