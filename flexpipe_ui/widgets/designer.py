@@ -11,7 +11,6 @@ directory (the notebook's folder under Jupyter) and replayed from there after a 
 from __future__ import annotations
 
 import html
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,11 +26,11 @@ from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, duration_table, simulate
 from ..timeline import Timeline
 from ..validate import ScheduleError, validate
-from . import _edits
+from . import _edits, autosave
 
 __all__ = ["Designer", "AUTOSAVE_FORMAT", "packed_timeline", "baseline_result"]
 
-AUTOSAVE_FORMAT = "flexpipe-designer-autosave/1"
+AUTOSAVE_FORMAT = autosave.AUTOSAVE_FORMAT
 
 
 def packed_timeline(schedule: Schedule, costs: StageCosts) -> Timeline:
@@ -438,52 +437,83 @@ class Designer(PanelBase, traitlets.HasTraits):
                          f" ({fmt_num(base[1])} → {fmt_num(m.makespan)})")
         return "<div style='font:13px sans-serif'>" + " · ".join(parts) + "</div>"
 
-    # -- autosave ---------------------------------------------------------------------------------
+    # -- autosave (file format, checks and claims: widgets/autosave.py) ----------------------------
     def _autosave(self) -> None:
-        if self.autosave_path is None:
+        store = self._autosave_store()
+        if store is None:
             return
         steps = []
-        for s in self._steps[: self._pos]:
+        for i, s in enumerate(self._steps):      # all steps, undone ones too: redo survives a restart
             steps.append({"type": "reset"} if s is None else
-                         {"type": "load", "plan": plan_to_dict(self._history[len(steps) + 1])}
+                         {"type": "load", "plan": plan_to_dict(self._history[i + 1])}
                          if isinstance(s, dict) else _edits.step_to_dict(s))
-        doc = {"format": AUTOSAVE_FORMAT, "name": self.name, "saved": time.time(),
-               "base": plan_to_dict(self._base), "steps": steps, "plan": plan_to_dict(self.plan),
-               "valid": self.valid}
-        tmp = self.autosave_path.with_name(self.autosave_path.name + ".tmp")
-        tmp.write_text(json.dumps(doc, separators=(",", ":")))
-        tmp.replace(self.autosave_path)
+        doc = {"format": autosave.AUTOSAVE_FORMAT, "name": self.name, "saved": time.time(),
+               "base": plan_to_dict(self._base), "steps": steps, "pos": self._pos,
+               "plan": plan_to_dict(self.plan), "valid": self.valid}
+        try:
+            note = store.write(doc)
+        except (OSError, ValueError) as e:
+            self.errors.append(f"autosave to {store.path} failed: {e}")
+            return
+        self.autosave_path = store.path
+        if note:
+            self._set_message(note)
+
+    def _autosave_store(self):
+        if self.autosave_path is None:
+            return None
+        store = self.__dict__.get("_store")
+        if store is None:
+            store = self.__dict__["_store"] = autosave.Autosave(self.autosave_path)
+        return store
 
     def _restore(self) -> str | None:
+        """Replay the autosave of the same starting plan; a corrupt one is set aside, never raised."""
         p = self.autosave_path
         if p is None or not p.exists():
+            self._autosave_store()
             return None
         try:
-            doc = json.loads(p.read_text())
-            if doc.get("format") != AUTOSAVE_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}")
-            base = plan_from_dict(doc["base"], str(p))
-        except (ValueError, KeyError, OSError) as e:
-            return f"autosave {p} unreadable ({e}); starting fresh"
-        if base.schedule.order != self._base.schedule.order or base.schedule.placement != self._base.schedule.placement:
-            return (f"autosave {p} was made from another starting plan; not restored (the next edit "
-                    f"overwrites it; pass autosave=<other path> to keep it)")
-        plan = self._base
-        for sd in doc.get("steps", []):
-            if sd.get("type") == "reset":
-                nxt, step = self._base, None
-            elif sd.get("type") == "load":
-                nxt, step = plan_from_dict(sd["plan"], str(p)), {"load": "autosave"}
-            else:
-                step = _edits.step_from_dict(sd)
-                nxt = _edits.apply_step(plan, step)
-            self._history.append(nxt)
-            self._steps.append(step)
-            plan = nxt
-        self._pos = len(self._steps)
-        self._set_plan(plan)
-        n = len(self._steps)
-        return f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them)"
+            saved = autosave.read_autosave(p)
+        except autosave.AutosaveError as e:
+            return self._corrupt(p, str(e))
+        if saved.base.schedule.order != self._base.schedule.order or \
+                saved.base.schedule.placement != self._base.schedule.placement:
+            store = self._autosave_store()
+            note = store.move_to_fresh()
+            self.autosave_path = store.path
+            return (f"autosave {p} was made from another starting plan; not restored and kept as it is "
+                    f"({note})")
+        history, steps, plan = [self._base], [], self._base
+        try:
+            for sd in saved.steps:
+                if sd["type"] == "reset":
+                    nxt, step = self._base, None
+                elif sd["type"] == "load":
+                    nxt, step = plan_from_dict(sd["plan"], str(p)), {"load": "autosave"}
+                else:
+                    step = _edits.step_from_dict(sd)
+                    nxt = _edits.apply_step(plan, step)
+                history.append(nxt)
+                steps.append(step)
+                plan = nxt
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            return self._corrupt(p, f"step {len(steps)} does not replay: {type(e).__name__}: {e}")
+        self._autosave_store()
+        self._history, self._steps, self._pos = history, steps, saved.pos
+        self._set_plan(history[saved.pos])
+        n, redo = saved.pos, len(steps) - saved.pos
+        return (f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them"
+                + (f"; {redo} to redo" if redo else "") + ")")
+
+    def _corrupt(self, p: Path, why: str) -> str:
+        try:
+            kept = autosave.set_aside(p)
+        except OSError as e:
+            self.autosave_path = None
+            return f"autosave {p} is corrupt ({why}) and could not be moved aside ({e}); autosave is off"
+        self._autosave_store()
+        return f"autosave {p} is corrupt ({why}); kept it as {kept} and started fresh"
 
     # -- display ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
