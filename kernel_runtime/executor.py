@@ -236,6 +236,9 @@ class RankExecutor:
         self.copy_stream = torch.cuda.Stream(device) if (self.offload and device.type == "cuda") else None
         self.timer = timer
         self.progress = progress
+        self.watch: Callable[[bool], None] | None = None
+        """Called with True as an action's compute starts and False when it ends (the launcher's
+        watchdog reads it to name a rank stuck in compute)."""
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
                        for s, ls in layers.items()}
 
@@ -321,7 +324,11 @@ class RankExecutor:
                     self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
                 start = timer.mark()
+                if self.watch is not None:
+                    self.watch(True)
                 HANDLERS[a.kind.name](self, a, st)
+                if self.watch is not None:
+                    self.watch(False)
                 end = timer.mark()
                 self.transport.flush()
             except Exception as e:
