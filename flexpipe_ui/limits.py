@@ -11,7 +11,7 @@ import math
 
 __all__ = ["MAX_FILE_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_INT", "MAX_RANKS", "MAX_MICROBATCHES",
            "MAX_STAGES", "MAX_LAYERS", "MAX_ACTIONS", "MAX_INDEX_DIGITS", "MAX_NUMBER",
-           "MAX_AUTO_LAYERS", "MAX_AUTO_MICROBATCHES", "MAX_AUTO_WORK", "AUTO_DEFAULT_TIME_LIMIT",
+           "MAX_AUTO_LAYERS", "MAX_AUTO_MICROBATCHES",
            "MAX_DSL_CHARS", "MAX_DSL_DEPTH", "MAX_TIMEOUT", "LimitError", "check_finite_tree",
            "check_plan_size"]
 
@@ -35,15 +35,13 @@ MAX_INDEX_DIGITS = 9
 """Digits of a stage or microbatch number in action text (``0F123456789``), so they fit int64."""
 MAX_NUMBER = 1e12
 """Largest cost, memory or latency in a problem (sums of millions of them stay finite)."""
-MAX_AUTO_LAYERS = 4096
-"""Layers the auto-scheduler takes on (its partition search grows with layers x stages)."""
-MAX_AUTO_MICROBATCHES = 4096
-"""Microbatches the auto-scheduler takes on (every candidate simulates ~3 x stages x microbatches)."""
-MAX_AUTO_WORK = 2_000_000
-"""ranks x microbatches x layers the auto-scheduler takes on without an explicit --time-limit."""
-AUTO_DEFAULT_TIME_LIMIT = 300.0
-"""Seconds ``flexpipe auto`` searches when no ``--time-limit``/``--max-evals`` is given; it then stops
-with the best plan so far and says so (small problems finish far sooner and stay deterministic)."""
+MAX_AUTO_LAYERS = 512
+"""Layers the auto-scheduler takes on: its balanced-partition DP grows as layers² x stages (1,024
+layers took ~50 s before the first candidate); real models profile into a few hundred blocks.
+Beyond it, the search's own count budgets (``search.driver.default_budget``) bound the rest."""
+MAX_AUTO_MICROBATCHES = 1024
+"""Microbatches the auto-scheduler takes on (every candidate simulates ~3 x stages x microbatches;
+4,096 took ~45 s on a busy 2-core machine)."""
 MAX_DSL_CHARS = 10_000
 """Characters of a DSL program text (``--program``)."""
 MAX_DSL_DEPTH = 16
