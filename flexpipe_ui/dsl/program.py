@@ -283,8 +283,9 @@ def _build(node: ast.AST, depth: int):
             fn = names[f.id]
         elif isinstance(f, ast.Attribute) and f.attr in _METHODS and isinstance(f.value, ast.Call):
             obj = _build(f.value, depth + 1)
-            if not isinstance(obj, (Program, Rules)):
-                raise _refuse(f, f".{f.attr}() is allowed on Program(...) and Rules(...) only")
+            if not isinstance(obj, (Program, Rules)) or not hasattr(obj, f.attr):
+                raise _refuse(f, f".{f.attr}() is not a method of {type(obj).__name__}; allowed: "
+                                 "Rules(...).on(rank, ...), Rules(...).with_(...), Program(...).with_(...)")
             fn = getattr(obj, f.attr)
         else:
             raise _refuse(f, "only calls of the DSL's own names are allowed")
