@@ -28,6 +28,9 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not allowed (numbers must be finite)")
 
 
+_LEAVES = (str, float, bool, type(None))
+
+
 def _check_tree(data: Any, where: str, error: type[ValueError]) -> None:
     """Depth and integer magnitude, iteratively (a recursive walk would itself overflow)."""
     stack = [(data, 0, ())]
@@ -38,7 +41,8 @@ def _check_tree(data: Any, where: str, error: type[ValueError]) -> None:
                 raise error(f"{where}: field {field_path(path[:MAX_JSON_DEPTH])}...: nested deeper than "
                             f"{MAX_JSON_DEPTH} levels (the limit)")
             items = v.items() if isinstance(v, dict) else enumerate(v)
-            stack.extend((vv, depth + 1, path + (k,)) for k, vv in items)
+            # strings and floats need no visit (a plan is a million action strings): skip them in C
+            stack.extend((vv, depth + 1, path + (k,)) for k, vv in items if type(vv) not in _LEAVES)
         elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_JSON_INT:
             raise error(f"{where}: field {field_path(path)}: integer with {len(str(abs(v)))} digits is "
                         f"beyond the limit of 2**53 = {MAX_JSON_INT}")

@@ -15,8 +15,9 @@ __all__ = ["MAX_FILE_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_INT", "MAX_RANKS", "MAX
            "MAX_DSL_CHARS", "MAX_DSL_DEPTH", "MAX_TIMEOUT", "LimitError", "check_finite_tree",
            "check_plan_size"]
 
-MAX_FILE_BYTES = 32 * 1024 * 1024
-"""Largest plan, problem or autosave file read (32 MiB; a 1M-action plan is about 10 MB)."""
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""Largest plan, problem or autosave file read (16 MiB; a 1M-action plan as we write it is ~12 MB).
+A plan of a million duplicate actions is refused in ~3 s on a busy 2-core machine."""
 MAX_JSON_DEPTH = 32
 """Deepest nesting of arrays/objects in a JSON file (our formats need 4; ``meta`` gets the rest)."""
 MAX_JSON_INT = 2 ** 53
@@ -29,7 +30,7 @@ MAX_STAGES = 16384
 """Virtual stages in a plan (ranks x stages per rank)."""
 MAX_LAYERS = 16384
 """Layers in a problem."""
-MAX_ACTIONS = 2_000_000
+MAX_ACTIONS = 1_000_000
 """Actions in a plan (all ranks together); also bounds what a named schedule or program may generate."""
 MAX_INDEX_DIGITS = 9
 """Digits of a stage or microbatch number in action text (``0F123456789``), so they fit int64."""

@@ -79,6 +79,7 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
         shown = ", ".join(repr(x[:20]) for x in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
         raise PlanFileError(f"{source}: 'order' has ranks {shown} outside 0..{ranks - 1}")
     order = []
+    parsed: dict[str, Action] = {}     # each distinct action text parsed once
     for r in range(ranks):
         row = order_in.get(str(r), [])
         if not isinstance(row, list):
@@ -88,7 +89,8 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
             raise PlanFileError(f"{source}: order of rank {r}, position {bad}: expected an action string "
                                 f"like '0F0', got {type(row[bad]).__name__}")
         try:
-            order.append(tuple(parse_action(a, f"{source}, rank {r}, position {i}")
+            order.append(tuple(parsed[a] if a in parsed else
+                               parsed.setdefault(a, parse_action(a, f"{source}, rank {r}, position {i}"))
                                for i, a in enumerate(row)))
         except ParseError as e:
             raise PlanFileError(str(e)) from None

@@ -48,7 +48,7 @@ def render_grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), width
         first = min((p for _, p in marks), default=0)
         lo = max(0, min(first - width // 4, steps - width))
         hi = lo + width
-    cw = max([len(str(a)) for row in schedule.order for a in row] + [4]) + 2
+    cw = max([len(str(a)) for row in schedule.order for a in row[lo:hi]] + [4]) + 2
     head = "step    " + "".join(f"{i:>{cw}}" for i in range(lo, hi))
     out = [head]
     for r, row in enumerate(schedule.order):

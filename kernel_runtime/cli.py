@@ -74,6 +74,8 @@ def _train(args) -> int:
         if args.ranks is None:
             raise ValueError("--schedule needs --ranks P")
         m = args.microbatches or 2 * args.ranks
+        from flexpipe_ui.limits import check_plan_size
+        check_plan_size(args.ranks * (args.chunks or 2), m)
         if args.layers is None:
             S = args.ranks * (args.chunks or (2 if args.schedule in ("zb-v", "dualpipe-v", "interleaved-1f1b",
                                                                      "looped-bfs", "interleaved-zb") else 1))

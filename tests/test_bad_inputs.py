@@ -66,7 +66,7 @@ def test_messages_say_the_limit_and_the_field(corpus):
     assert "2**53" in err("validate", "plan_microbatches_2.json")                  # 400 digits
     assert "not UTF-8" in err("validate", "plan_ff_byte.json") and "plan_ff_byte.json" in err("validate", "plan_ff_byte.json")
     assert "no actions" in err("validate", "plan_empty_plan.json")
-    assert "MiB is larger than the limit of 32 MiB" in err("validate", "plan_over_size_limit.json")
+    assert "MiB is larger than the limit of 16 MiB" in err("validate", "plan_over_size_limit.json")
     assert "NaN is not allowed" in err("validate", "plan_meta_nan.json")
     dup = err("validate", "plan_dup_200k.json")
     assert "appears 200001 times" in dup and len(dup) < 20000
