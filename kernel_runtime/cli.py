@@ -66,6 +66,8 @@ def _train(args) -> int:
     _check_model_flags(args)
     if args.plan:
         plan = load_plan(args.plan)
+        from flexpipe_ui.validate import validate
+        validate(plan.schedule)                 # before anything is printed or started
         if args.ranks is not None and args.ranks != plan.ranks:
             raise ValueError(f"--ranks {args.ranks} but the plan has {plan.ranks} ranks")
         if args.layers is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -375,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     def report(msg):
         if msg["type"] == "step":
             if msg["loss"] is not None:
-                print(json.dumps({"step": msg["step"], "loss": msg["loss"],
+                loss = msg["loss"] if math.isfinite(msg["loss"]) else None   # JSON has no NaN
+                print(json.dumps({"step": msg["step"], "loss": loss,
                                   "step_time": (msg["t_end"] - msg["t0"]) / 1e9}), flush=True)
             if out is not None:
                 out.write(json.dumps({k: v for k, v in msg.items() if k != "grads"}) + "\n")

@@ -146,6 +146,8 @@ def _plan_files(folder: Path) -> list[tuple[str, bytes, int, str]]:
     many = with_()
     many["order"]["0"] = many["order"]["0"] + ["0F0"] * 200_000    # a duplicate-heavy plan (2 MB)
     add("dup_200k", many, "size")
+    add("sparse_wide", {"format": "flexpipe-plan/1", "ranks": 1024, "microbatches": 900,   # 1.8M missing
+                        "stages": [{"rank": i} for i in range(1024)], "order": {"0": ["0F0", "0B0"]}}, "size")
     # accepted plans: the right exit 0
     add("good_1f1b", good, "valid", 0)
     from flexpipe_ui.library import build_named
