@@ -48,22 +48,28 @@ def _model(args):
     return demo_gpt(n_blocks=args.layers - 2, dim=args.dim, seq=args.seq, batch_size=args.batch_size)
 
 
+DEMO_HEADS = 4
+"""demo-gpt's attention heads (``models.GPTConfig.heads``' default): ``--dim`` must be a multiple."""
+
+
 def _check_model_flags(args) -> None:
-    """Refuse model flags the workers would refuse, before any process starts."""
-    from .models import GPTConfig
-    GPTConfig(seq=args.seq, dim=args.dim, n_blocks=max(0, (args.layers or 6) - 2))
+    """Refuse model flags the workers would refuse, before torch is even imported."""
+    if args.dim % DEMO_HEADS:
+        raise ValueError(f"--dim {args.dim}: demo_gpt dim {args.dim} is not a multiple of heads {DEMO_HEADS} "
+                         f"(attention splits the width evenly); use e.g. --dim "
+                         f"{DEMO_HEADS * max(1, args.dim // DEMO_HEADS)}")
 
 
 def _train(args) -> int:
+    if (args.schedule is None) == (args.plan is None):
+        raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
+    _check_model_flags(args)
     import numpy as np
 
     from flexpipe_ui.planfile import load_plan
 
     from .data import reference_run
     from .launcher import launch
-    if (args.schedule is None) == (args.plan is None):
-        raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
-    _check_model_flags(args)
     if args.plan:
         plan = load_plan(args.plan)
         from flexpipe_ui.validate import validate
@@ -122,6 +128,7 @@ def _train(args) -> int:
 
 
 def _profile(args) -> int:
+    _check_model_flags(args)
     from .profiler import profile
     args.layers = args.layers or 6
     spec = _model(args)

@@ -255,7 +255,7 @@ def _flag_cases(plan: str, problem: str, out: str) -> list[Case]:
     add(["plan", "1f1b", "--ranks", "2", "--microbatches", "4", "--chunks", "0", "-o", out], "--chunks")
     tr = ["train", "--schedule", "1f1b", "--ranks", "2"]
     add(tr + ["--batch-size", "0"], "--batch-size")
-    add(tr + ["--dim", "30"], "dim 30")
+    add(tr + ["--dim", "30"], "--dim 30")
     add(tr + ["--dtype", "int8"], "--dtype")
     for v in ("-1", "0", "nan", "inf"):
         add(tr + ["--timeout", v], "--timeout")
