@@ -74,9 +74,9 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     if total > MAX_ACTIONS:
         raise PlanFileError(f"{source}: 'order' lists {total} actions, beyond the limit of {MAX_ACTIONS} "
                             "(flexpipe_ui.limits.MAX_ACTIONS)")
-    extra = sorted(set(order_in) - {str(r) for r in range(ranks)})
+    extra = sorted(set(order_in) - {str(r) for r in range(ranks)}, key=str)
     if extra:
-        shown = ", ".join(repr(x[:20]) for x in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        shown = ", ".join(repr(str(x)[:20]) for x in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
         raise PlanFileError(f"{source}: 'order' has ranks {shown} outside 0..{ranks - 1}")
     order = []
     parsed: dict[str, Action] = {}     # each distinct action text parsed once

@@ -6,6 +6,7 @@ and an optional memory cap (DESIGN.md, contract 2). ``StageCosts`` sums layers i
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -174,7 +175,7 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
 
 def _check_problem(p: Problem) -> None:
     for name, v, top in (("ranks", p.ranks, MAX_RANKS), ("microbatches", p.microbatches, MAX_MICROBATCHES)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= top:
             raise ProblemError(f"{name} must be an integer in 1..{top}, got {v!r}")
     if not p.layers:
         raise ProblemError("a problem needs at least one layer")

@@ -287,8 +287,9 @@ def worker_main(rank: int, job: Job, queue, progress_arr=None, beat_arr=None) ->
     if job.loopback:   # gloo's pair sockets on loopback too (else on the hostname's address)
         import socket
         lo = [n for _, n in socket.if_nameindex() if n in ("lo", "lo0")]
-        if lo:
+        if lo:      # NCCL's bootstrap sockets likewise (intra-node data goes over P2P/SHM anyway)
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo[0])
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", lo[0])
 
     def watch(busy: bool) -> None:
         if beat_arr is not None:
