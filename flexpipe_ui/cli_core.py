@@ -139,7 +139,7 @@ def register(sub) -> None:
             p.add_argument("--json", action="store_true", help="print metrics as JSON")
         else:
             p.add_argument("--html", metavar="OUT", help="write the Gantt chart as standalone HTML")
-            p.add_argument("--steps", type=T.integer(8, 10000), default=24, help="grid columns to show")
+            p.add_argument("--steps", type=T.integer(1, 10000), default=24, help="grid columns to show")
         p.set_defaults(func=func)
 
     p = sub.add_parser("export", help="export a plan to torch.distributed.pipelining's CSV")

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonio import read_json
-from ..planfile import PlanFileError, plan_from_dict
+from ..planfile import PlanFileError, plan_from_dict, plan_to_dict
+from . import _edits
 
-__all__ = ["AUTOSAVE_FORMAT", "AutosaveError", "Autosave", "SavedSession", "read_autosave",
-           "set_aside", "STEP_TYPES"]
+__all__ = ["AUTOSAVE_FORMAT", "AutosaveError", "Autosave", "SavedSession", "Restored", "read_autosave",
+           "set_aside", "document", "restore", "STEP_TYPES"]
 
 AUTOSAVE_FORMAT = "flexpipe-designer-autosave/2"
 _READS = ("flexpipe-designer-autosave/1", AUTOSAVE_FORMAT)
@@ -140,6 +141,7 @@ class Autosave:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.enabled = True
         self.token = f"{os.getpid()}:{uuid.uuid4().hex}"
         self.claim()
 
@@ -172,8 +174,79 @@ class Autosave:
 
     def write(self, doc: dict) -> str | None:
         """Write ``doc`` atomically to this Designer's file; a message if the file had to change."""
+        if not self.enabled:
+            return None
         note = None if self.owned() else self.move_to_fresh()
         tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
         tmp.replace(self.path)
         return note
+
+
+def document(name: str, base, steps: list, history: list, pos: int, plan, valid: bool) -> dict:
+    """The autosave document of a Designer's state: every step (``None`` = reset, a dict = load,
+    else an edit), so undone steps are kept and redo survives a restart."""
+    out = []
+    for i, st in enumerate(steps):
+        out.append({"type": "reset"} if st is None else
+                   {"type": "load", "plan": plan_to_dict(history[i + 1])} if isinstance(st, dict)
+                   else _edits.step_to_dict(st))
+    return {"format": AUTOSAVE_FORMAT, "name": name, "saved": time.time(), "base": plan_to_dict(base),
+            "steps": out, "pos": pos, "plan": plan_to_dict(plan), "valid": valid}
+
+
+@dataclass
+class Restored:
+    """What ``restore`` found: the replayed history/steps/position (empty: start fresh) and a message."""
+
+    history: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    pos: int = 0
+    note: str | None = None
+
+
+def _replay(saved: SavedSession, base, where: str) -> tuple[list, list]:
+    history, steps, plan = [base], [], base
+    try:
+        for sd in saved.steps:
+            if sd["type"] == "reset":
+                nxt, step = base, None
+            elif sd["type"] == "load":
+                nxt, step = plan_from_dict(sd["plan"], where), {"load": "autosave"}
+            else:
+                step = _edits.step_from_dict(sd)
+                nxt = _edits.apply_step(plan, step)
+            history.append(nxt)
+            steps.append(step)
+            plan = nxt
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        raise AutosaveError(f"step {len(steps)} does not replay: {type(e).__name__}: {e}") from None
+    return history, steps
+
+
+def restore(store: Autosave, base) -> Restored:
+    """Replay ``store``'s file if it was made from ``base``; never raises: a corrupt file is set aside
+    (``set_aside``), another starting plan's file is left alone and ``store`` moves to a fresh path."""
+    p = store.path
+    if not p.exists():
+        return Restored()
+    try:
+        saved = read_autosave(p)
+        if saved.base.schedule.order != base.schedule.order or \
+                saved.base.schedule.placement != base.schedule.placement:
+            note = store.move_to_fresh()
+            return Restored(note=f"autosave {p} was made from another starting plan; not restored and kept "
+                                 f"as it is ({note})")
+        history, steps = _replay(saved, base, str(p))
+    except AutosaveError as e:
+        try:
+            kept = set_aside(p)
+        except OSError as oe:
+            store.enabled = False
+            return Restored(note=f"autosave {p} is corrupt ({e}) and could not be moved aside ({oe}); "
+                                 "autosave is off")
+        return Restored(note=f"autosave {p} is corrupt ({e}); kept it as {kept} and started fresh")
+    n, redo = saved.pos, len(steps) - saved.pos
+    return Restored(history, steps, saved.pos,
+                    f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them"
+                    + (f"; {redo} to redo" if redo else "") + ")")

@@ -21,7 +21,7 @@ import traitlets
 from ._panel import PanelBase
 
 from ..ir import Plan, Schedule
-from ..planfile import load_plan, plan_from_dict, plan_to_dict, save_plan
+from ..planfile import load_plan, save_plan
 from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, duration_table, simulate
 from ..timeline import Timeline
@@ -437,19 +437,13 @@ class Designer(PanelBase, traitlets.HasTraits):
                          f" ({fmt_num(base[1])} → {fmt_num(m.makespan)})")
         return "<div style='font:13px sans-serif'>" + " · ".join(parts) + "</div>"
 
-    # -- autosave (file format, checks and claims: widgets/autosave.py) ----------------------------
+    # -- autosave (file format, checks, claims and replay: widgets/autosave.py) -------------------
     def _autosave(self) -> None:
         store = self._autosave_store()
         if store is None:
             return
-        steps = []
-        for i, s in enumerate(self._steps):      # all steps, undone ones too: redo survives a restart
-            steps.append({"type": "reset"} if s is None else
-                         {"type": "load", "plan": plan_to_dict(self._history[i + 1])}
-                         if isinstance(s, dict) else _edits.step_to_dict(s))
-        doc = {"format": autosave.AUTOSAVE_FORMAT, "name": self.name, "saved": time.time(),
-               "base": plan_to_dict(self._base), "steps": steps, "pos": self._pos,
-               "plan": plan_to_dict(self.plan), "valid": self.valid}
+        doc = autosave.document(self.name, self._base, self._steps, self._history, self._pos, self.plan,
+                                self.valid)
         try:
             note = store.write(doc)
         except (OSError, ValueError) as e:
@@ -469,51 +463,15 @@ class Designer(PanelBase, traitlets.HasTraits):
 
     def _restore(self) -> str | None:
         """Replay the autosave of the same starting plan; a corrupt one is set aside, never raised."""
-        p = self.autosave_path
-        if p is None or not p.exists():
-            self._autosave_store()
+        store = self._autosave_store()
+        if store is None:
             return None
-        try:
-            saved = autosave.read_autosave(p)
-        except autosave.AutosaveError as e:
-            return self._corrupt(p, str(e))
-        if saved.base.schedule.order != self._base.schedule.order or \
-                saved.base.schedule.placement != self._base.schedule.placement:
-            store = self._autosave_store()
-            note = store.move_to_fresh()
-            self.autosave_path = store.path
-            return (f"autosave {p} was made from another starting plan; not restored and kept as it is "
-                    f"({note})")
-        history, steps, plan = [self._base], [], self._base
-        try:
-            for sd in saved.steps:
-                if sd["type"] == "reset":
-                    nxt, step = self._base, None
-                elif sd["type"] == "load":
-                    nxt, step = plan_from_dict(sd["plan"], str(p)), {"load": "autosave"}
-                else:
-                    step = _edits.step_from_dict(sd)
-                    nxt = _edits.apply_step(plan, step)
-                history.append(nxt)
-                steps.append(step)
-                plan = nxt
-        except (ValueError, TypeError, IndexError, KeyError) as e:
-            return self._corrupt(p, f"step {len(steps)} does not replay: {type(e).__name__}: {e}")
-        self._autosave_store()
-        self._history, self._steps, self._pos = history, steps, saved.pos
-        self._set_plan(history[saved.pos])
-        n, redo = saved.pos, len(steps) - saved.pos
-        return (f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them"
-                + (f"; {redo} to redo" if redo else "") + ")")
-
-    def _corrupt(self, p: Path, why: str) -> str:
-        try:
-            kept = autosave.set_aside(p)
-        except OSError as e:
-            self.autosave_path = None
-            return f"autosave {p} is corrupt ({why}) and could not be moved aside ({e}); autosave is off"
-        self._autosave_store()
-        return f"autosave {p} is corrupt ({why}); kept it as {kept} and started fresh"
+        got = autosave.restore(store, self._base)
+        self.autosave_path = store.path if store.enabled else None
+        if got.history:
+            self._history, self._steps, self._pos = got.history, got.steps, got.pos
+            self._set_plan(got.history[got.pos])
+        return got.note
 
     # -- display ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
