@@ -1,14 +1,16 @@
 """Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .jsonio import read_json, write_json
-from .ir import Action, ParseError, Plan, Schedule, infer_placement, parse_action
+from .ir import Action, ParseError, Plan, Schedule, infer_placement, kind_names, parse_action
 from .limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from .ops import register_missing
 
-__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT"]
+__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile"]
 
 PLAN_FORMAT = "flexpipe-plan/1"
 
@@ -78,6 +80,7 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     if extra:
         shown = ", ".join(repr(str(x)[:20]) for x in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
         raise PlanFileError(f"{source}: 'order' has ranks {shown} outside 0..{ranks - 1}")
+    _register_example_kinds(order_in)
     order = []
     parsed: dict[str, Action] = {}     # each distinct action text parsed once
     for r in range(ranks):
@@ -144,6 +147,13 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
         raise PlanFileError(f"{source}: {e}") from None
 
 
+def _register_example_kinds(order_in: dict) -> None:
+    """The example kinds a plan file names (recompute R, offload OFF/LOAD) register on load, so the
+    file parses in a fresh process; anything else unknown is reported by the parser."""
+    texts = {a for row in order_in.values() if isinstance(row, list) for a in row if isinstance(a, str)}
+    register_missing(kind_names(texts))     # each distinct text once (a plan may repeat one a million times)
+
+
 def load_plan(path: str | Path) -> Plan:
     return plan_from_dict(read_json(path, PlanFileError, "plan file"), str(path))
 
@@ -153,3 +163,16 @@ def save_plan(plan: Plan | Schedule, path: str | Path) -> None:
     if isinstance(plan, Schedule):
         plan = Plan(plan)
     write_json(plan_to_dict(plan), path)
+
+
+@dataclass(frozen=True)
+class FromFile:
+    """Trace source step ``load_plan(path)``."""
+
+    path: str
+
+    def build(self) -> Plan:
+        return replace(load_plan(self.path), trace=(self,))
+
+    def python(self) -> tuple[list[str], str]:
+        return ["from flexpipe_ui.planfile import load_plan"], f"load_plan({self.path!r})"

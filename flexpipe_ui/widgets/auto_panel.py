@@ -156,7 +156,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         try:
             res = auto_search(problem, time_limit=float(self.w_time.value) or None,
                               seed=int(self.w_seed.value), progress=self._on_progress,
-                              top=int(self.w_top.value), cancel=self._cancel, max_evals=max_evals,
+                              top=int(self.w_top.value), stop=self._cancel.is_set, max_evals=max_evals,
                               exact=max(0.0, float(self.w_exact.value or 0.0)))
         except Exception as e:  # noqa: BLE001 - shown in the panel (NoFeasiblePlan, cancelled...)
             self.error = e

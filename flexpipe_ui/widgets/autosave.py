@@ -183,45 +183,37 @@ class Autosave:
         return note
 
 
-def document(name: str, base, steps: list, history: list, pos: int, plan, valid: bool) -> dict:
-    """The autosave document of a Designer's state: every step (``None`` = reset, a dict = load,
-    else an edit), so undone steps are kept and redo survives a restart."""
-    out = []
-    for i, st in enumerate(steps):
-        out.append({"type": "reset"} if st is None else
-                   {"type": "load", "plan": plan_to_dict(history[i + 1])} if isinstance(st, dict)
-                   else _edits.step_to_dict(st))
+def document(name: str, base, records: list, pos: int, plan, valid: bool) -> dict:
+    """The autosave document of a Designer's state. ``records`` are the step records of every
+    history entry after the start, undone ones too (so redo survives a restart), ``pos`` the current one."""
     return {"format": AUTOSAVE_FORMAT, "name": name, "saved": time.time(), "base": plan_to_dict(base),
-            "steps": out, "pos": pos, "plan": plan_to_dict(plan), "valid": valid}
+            "steps": list(records), "pos": pos, "plan": plan_to_dict(plan), "valid": valid}
 
 
 @dataclass
 class Restored:
-    """What ``restore`` found: the replayed history/steps/position (empty: start fresh) and a message."""
+    """What ``restore`` found: the replayed history (start first; empty: start fresh), the position in
+    it and a message for the user."""
 
     history: list = field(default_factory=list)
-    steps: list = field(default_factory=list)
     pos: int = 0
     note: str | None = None
 
 
-def _replay(saved: SavedSession, base, where: str) -> tuple[list, list]:
-    history, steps, plan = [base], [], base
+def _replay(saved: SavedSession, base, where: str) -> list:
+    history, plan = [base], base
     try:
         for sd in saved.steps:
             if sd["type"] == "reset":
-                nxt, step = base, None
+                plan = base
             elif sd["type"] == "load":
-                nxt, step = plan_from_dict(sd["plan"], where), {"load": "autosave"}
+                plan = plan_from_dict(sd["plan"], where)
             else:
-                step = _edits.step_from_dict(sd)
-                nxt = _edits.apply_step(plan, step)
-            history.append(nxt)
-            steps.append(step)
-            plan = nxt
+                plan = plan.edit(_edits.step_from_dict(sd))
+            history.append(plan)
     except (ValueError, TypeError, IndexError, KeyError) as e:
-        raise AutosaveError(f"step {len(steps)} does not replay: {type(e).__name__}: {e}") from None
-    return history, steps
+        raise AutosaveError(f"step {len(history) - 1} does not replay: {type(e).__name__}: {e}") from None
+    return history
 
 
 def restore(store: Autosave, base) -> Restored:
@@ -237,7 +229,7 @@ def restore(store: Autosave, base) -> Restored:
             note = store.move_to_fresh()
             return Restored(note=f"autosave {p} was made from another starting plan; not restored and kept "
                                  f"as it is ({note})")
-        history, steps = _replay(saved, base, str(p))
+        history = _replay(saved, base, str(p))
     except AutosaveError as e:
         try:
             kept = set_aside(p)
@@ -246,7 +238,7 @@ def restore(store: Autosave, base) -> Restored:
             return Restored(note=f"autosave {p} is corrupt ({e}) and could not be moved aside ({oe}); "
                                  "autosave is off")
         return Restored(note=f"autosave {p} is corrupt ({e}); kept it as {kept} and started fresh")
-    n, redo = saved.pos, len(steps) - saved.pos
-    return Restored(history, steps, saved.pos,
+    n, redo = saved.pos, len(history) - 1 - saved.pos
+    return Restored(history, saved.pos,
                     f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them"
                     + (f"; {redo} to redo" if redo else "") + ")")

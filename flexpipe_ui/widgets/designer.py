@@ -21,12 +21,13 @@ import traitlets
 from ._panel import PanelBase
 
 from ..ir import Plan, Schedule
-from ..planfile import load_plan, save_plan
+from ..planfile import load_plan, plan_to_dict, save_plan
 from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, duration_table, simulate
 from ..timeline import Timeline
 from ..validate import ScheduleError, validate
 from . import _edits, autosave
+from .. import edits
 
 __all__ = ["Designer", "AUTOSAVE_FORMAT", "packed_timeline", "baseline_result"]
 
@@ -109,8 +110,9 @@ class Designer(PanelBase, traitlets.HasTraits):
         self.error: ScheduleError | None = None
         self.last_edit_ms = float("nan")
         self._base = plan
+        # one history: the edits live in each plan's trace (``plan.edit``); the Designer keeps the
+        # sequence of plans it showed, so undo/redo also step over a reset or a loaded file
         self._history: list[Plan] = [plan]
-        self._steps: list[Any] = []
         self._pos = 0
         self._refreshes = 0
         self._baseline = self._make_baseline(baseline)
@@ -161,14 +163,15 @@ class Designer(PanelBase, traitlets.HasTraits):
     # -- public API (buttons and keys call these; so can code) ---------------------------------
     def apply(self, step: Any) -> Plan:
         """Apply one ``flexpipe_ui.edits`` step as the next history entry; returns the new plan."""
-        new = _edits.apply_step(self.plan, step)
+        return self._push(self.plan.edit(step))
+
+    def _push(self, plan: Plan) -> Plan:
+        """Show ``plan`` as the next history entry (what was undone past is dropped)."""
         del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(new)
-        self._steps.append(step)
+        self._history.append(plan)
         self._pos += 1
-        self._set_plan(new)
-        return new
+        self._set_plan(plan)
+        return plan
 
     def move(self, action: str, index: int) -> Plan:
         """Move ``action`` to position ``index`` in its rank's order."""
@@ -180,8 +183,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         if index == i:
             self._set_message(f"{action} is already at position {i} on rank {r}: nothing to do")
             return self.plan
-        E = _edits.edits_module()
-        return self.apply(E.Move(r, i, index))
+        return self.apply(edits.Move(r, i, index))
 
     def nudge(self, delta: int) -> Plan | None:
         """Move the selected action ``delta`` places (buttons, arrow keys)."""
@@ -199,8 +201,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         if i + 1 >= len(self.plan.schedule.order[r]):
             self._set_message(f"{act} is last on rank {r}: nothing to swap with")
             return None
-        E = _edits.edits_module()
-        return self.apply(E.Swap(r, i, i + 1))
+        return self.apply(edits.Swap(r, i, i + 1))
 
     def undo(self) -> None:
         if self._pos == 0:
@@ -218,12 +219,7 @@ class Designer(PanelBase, traitlets.HasTraits):
 
     def reset(self) -> None:
         """Back to the starting plan as a new history entry (so it can be undone)."""
-        del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(self._base)
-        self._steps.append(None)
-        self._pos += 1
-        self._set_plan(self._base)
+        self._push(self._base)
 
     @property
     def can_undo(self) -> bool:
@@ -249,13 +245,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         new = load_plan(p)
         if new.partition is None and self._base.partition is not None:
             new = Plan(new.schedule, self._base.partition, new.meta)
-        del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(new)
-        self._steps.append({"load": str(p)})
-        self._pos += 1
-        self._set_plan(new)
-        return new
+        return self._push(new)
 
     def figure(self, **kw):
         """The current state as a static plotly Gantt (for export or a notebook's own layout)."""
@@ -341,7 +331,7 @@ class Designer(PanelBase, traitlets.HasTraits):
             self.editor.show(res.timeline, res.costs, memory_limit=self.memory_limit)
             self.header.value = self._header(res)
             last = self._last_step()
-            self._set_message(f"step {self._pos}: {self._describe(last)} → valid, makespan "
+            self._set_message(f"step {self._pos}: {last} → valid, makespan "
                               f"{res.makespan:.4g}", keep=True)
         self.btn_undo.disabled = not self.can_undo
         self.btn_redo.disabled = not self.can_redo
@@ -388,18 +378,14 @@ class Designer(PanelBase, traitlets.HasTraits):
         body = text if html_ else html.escape(text)
         self.status.value = f"<div style='font:12px monospace'>{body}</div>"
 
-    def _last_step(self):
-        return self._steps[self._pos - 1] if self._pos else "start"
-
-    @staticmethod
-    def _describe(step) -> str:
-        if step is None:
-            return "reset"
-        if isinstance(step, str):
-            return step
-        if isinstance(step, dict):
-            return f"load {step.get('load')}"
-        return repr(step)
+    def _last_step(self) -> str:
+        """How the shown plan was reached: start, reset, the edit step, or a loaded plan."""
+        if not self._pos:
+            return "start"
+        how = self._how(self.plan)
+        if how == "edit":
+            return repr(self.plan.trace[-1])
+        return f"load {self.plan.meta.get('name', 'plan file')}" if how == "load" else how
 
     def _error_html(self, e: ScheduleError) -> str:
         probs = "".join(f"<li>{html.escape(p.message)}</li>" for p in e.problems)
@@ -408,7 +394,7 @@ class Designer(PanelBase, traitlets.HasTraits):
             from ..validate import render_grid
             grid = f"<pre style='font-size:11px'>{html.escape(render_grid(e.schedule, e.cells))}</pre>"
         return (f"<b style='color:#c00'>invalid after step {self._pos} "
-                f"({html.escape(self._describe(self._last_step()))}): "
+                f"({html.escape(self._last_step())}): "
                 f"not applied to the timeline; press undo (z) to take it back</b><ul>{probs}</ul>{grid}")
 
     def _make_baseline(self, baseline: Any):
@@ -442,8 +428,8 @@ class Designer(PanelBase, traitlets.HasTraits):
         store = self._autosave_store()
         if store is None:
             return
-        doc = autosave.document(self.name, self._base, self._steps, self._history, self._pos, self.plan,
-                                self.valid)
+        records = [self._step_record(p) for p in self._history[1:]]   # redo entries too
+        doc = autosave.document(self.name, self._base, records, self._pos, self.plan, self.valid)
         try:
             note = store.write(doc)
         except (OSError, ValueError) as e:
@@ -461,6 +447,20 @@ class Designer(PanelBase, traitlets.HasTraits):
             store = self.__dict__["_store"] = autosave.Autosave(self.autosave_path)
         return store
 
+    def _how(self, plan: Plan) -> str:
+        """How the history reached ``plan`` (after the start): "reset" to the starting plan, an
+        "edit" (the last step of its trace) or a "load"ed plan."""
+        if plan is self._base:
+            return "reset"
+        return "edit" if plan.trace and isinstance(plan.trace[-1], edits.EDIT_STEPS) else "load"
+
+    def _step_record(self, plan: Plan) -> dict:
+        """The autosave record of a history entry (a loaded plan is saved whole)."""
+        how = self._how(plan)
+        if how == "edit":
+            return _edits.step_to_dict(plan.trace[-1])
+        return {"type": "reset"} if how == "reset" else {"type": "load", "plan": plan_to_dict(plan)}
+
     def _restore(self) -> str | None:
         """Replay the autosave of the same starting plan; a corrupt one is set aside, never raised."""
         store = self._autosave_store()
@@ -469,7 +469,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         got = autosave.restore(store, self._base)
         self.autosave_path = store.path if store.enabled else None
         if got.history:
-            self._history, self._steps, self._pos = got.history, got.steps, got.pos
+            self._history, self._pos = got.history, got.pos
             self._set_plan(got.history[got.pos])
         return got.note
 

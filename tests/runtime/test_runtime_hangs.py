@@ -25,9 +25,11 @@ def _spec(n_blocks=2):
 
 
 def launch_with_fault(plan, fault, **kw):
-    """The one place this file injects a fault (the launcher's ``_fault`` test hook today)."""
+    """The one place this file injects a fault (``faults.failing_handlers``, as the ``fail_at`` fixture)."""
+    from faults import failing_handlers
+
     from kernel_runtime.launcher import launch
-    return launch(plan, _fault=fault, **kw)
+    return launch(plan, handlers=failing_handlers(fault["rank"], fault["action"], fault["kind"]), **kw)
 
 
 def _alive(pids):
