@@ -40,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:       # a bad flag (exit 2, one line already printed) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
     try:
         rc = args.func(args)
     except (ValueError, OSError) as e:  # user input: ScheduleError, PlanFileError, ProblemError...

@@ -283,8 +283,9 @@ def _program_cases(out: str, marker: Path) -> list[Case]:
     cases = [Case(tuple(base + [p]), 2, "error", "dsl program") for p in bad]
     for p in ("Program(placement=vshape(), rules=Rules(backward='split', priority=('I','F','W')))",
               "Program(placement=looped(2), rules=Rules(in_flight='2 * p').on(1, warmup=3))",
-              "Program(rules=Rules(backward='split', w_policy='fill'), extra={'R': 'all'})"):
+              "Program(rules=Rules(backward='split', w_policy='fill'))"):
         cases.append(Case(tuple(base + [p]), 0, "", "valid"))
+    cases.append(Case(tuple(base[:-1] + ["--recompute", "--program", "Program(placement=vshape())"]), 0, "", "valid"))
     return cases
 
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 
 from flexpipe_ui.dsl import Program, Rules, RulesError, explicit, looped, program_from_source, vshape
+from flexpipe_ui.kinds import scoped_kinds
 from flexpipe_ui.library import NAMED, build_named
+from flexpipe_ui.ops import register_recompute
 
 
 def test_every_dsl_program_source_round_trips():
+    with scoped_kinds():
+        register_recompute()              # the R of extra={"R": "all"}
+        _round_trips()
+
+
+def _round_trips():
     progs = [Program(placement=vshape(), rules=Rules(backward="split", priority=("I", "F", "W"), in_flight="2*p")),
              Program(placement=looped(2), rules=Rules(in_flight="2 * p").on(1, warmup=3, traversal="breadth")),
              Program(rules=Rules(memory_cap=12.5, w_policy="fill", backward="split"), extra={"R": "all"})]
