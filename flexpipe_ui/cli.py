@@ -21,9 +21,8 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's usage errors are bad input too: exit 2
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+    def error(self, message: str):  # argparse's usage errors are bad input too: exit 2, one line
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,11 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:       # a bad flag (exit 2, one line already printed) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
     try:
         rc = args.func(args)
     except (ValueError, OSError) as e:  # user input: ScheduleError, PlanFileError, ProblemError...
-        print(f"flexpipe {args.command}: error: {e}", file=sys.stderr)
+        msg = str(e)
+        plan = getattr(args, "plan", None)
+        if isinstance(plan, str) and plan not in msg:   # e.g. a ScheduleError: say which file
+            msg = f"{plan}: {msg}"
+        print(f"flexpipe {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -7,6 +7,8 @@ import sys
 
 from .costmodel import fits
 from .ir import Plan
+from .limits import check_finite_tree
+from . import cli_types as T
 from .planfile import load_plan, save_plan
 from .problem import even_partition, load_problem
 from .sim import simulate
@@ -21,6 +23,11 @@ def _load(args) -> tuple[Plan, object]:
     if problem is not None and plan.partition is not None and plan.num_layers != problem.num_layers:
         raise ValueError(f"{args.plan} partitions {plan.num_layers} layers but {args.problem} has "
                          f"{problem.num_layers}")
+    if problem is not None and plan.partition is None:
+        try:   # the simulator splits the layers evenly: say now if it cannot
+            even_partition(problem.num_layers, plan.schedule.num_stages)
+        except ValueError as e:
+            raise ValueError(f"{args.plan} with {args.problem}: {e}") from None
     if problem is not None and problem.ranks != plan.ranks:
         print(f"flexpipe: warning: {args.problem} says ranks={problem.ranks}, the plan has "
               f"{plan.ranks}; using the plan's", file=sys.stderr)
@@ -65,7 +72,8 @@ def _cmd_simulate(args) -> int:
         d = m.to_dict()
         d["memory_limit"] = limit
         d["fits_memory"] = fits(m.max_peak_memory, limit)
-        print(json.dumps(d))
+        check_finite_tree(d, "simulate --json output")
+        print(json.dumps(d, allow_nan=False))
     else:
         print(metrics_text(m, limit))
     return 0
@@ -114,7 +122,9 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_import_torch(args) -> int:
+    from .limits import check_plan_size
     from .torch_interop import import_torch_schedule
+    check_plan_size(args.ranks * (args.chunks or 2), args.microbatches)
     sched = import_torch_schedule(args.name, args.ranks, args.microbatches, args.chunks)
     if not args.no_validate:
         validate(sched)
@@ -139,12 +149,12 @@ def register(sub) -> None:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("plan")
         p.add_argument("--problem", help="flexpipe-problem/1 costs (default: uniform F=I=W=1 per rank)")
-        p.add_argument("--comm", type=float, default=None, help="override the cross-rank latency")
+        p.add_argument("--comm", type=T.nonnegative, default=None, help="override the cross-rank latency")
         if name == "simulate":
             p.add_argument("--json", action="store_true", help="print metrics as JSON")
         else:
             p.add_argument("--html", metavar="OUT", help="write the Gantt chart as standalone HTML")
-            p.add_argument("--steps", type=int, default=24, help="grid columns to show")
+            p.add_argument("--steps", type=T.integer(1, 10000), default=24, help="grid columns to show")
         p.set_defaults(func=func)
 
     p = sub.add_parser("export", help="export a plan to torch.distributed.pipelining's CSV or a Megatron layout")
@@ -158,9 +168,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("import-torch", help="import a torch.distributed.pipelining built-in schedule")
     p.add_argument("name", help="gpipe, 1f1b, interleaved-1f1b, looped-bfs, interleaved-zb, zb-v, dualpipe-v")
-    p.add_argument("--ranks", type=int, required=True)
-    p.add_argument("--microbatches", type=int, required=True)
-    p.add_argument("--chunks", type=int, default=None, help="stages per rank")
+    p.add_argument("--ranks", type=T.ranks, required=True)
+    p.add_argument("--microbatches", type=T.microbatches, required=True)
+    p.add_argument("--chunks", type=T.integer(1, 64), default=None, help="stages per rank")
     p.add_argument("--problem", help="add an even layer split for this problem")
     p.add_argument("--no-validate", action="store_true", help="write it even if it fails validation")
     p.add_argument("-o", "--output", required=True)

@@ -113,7 +113,7 @@ def chrome_trace(timeline: Any, costs: StageCosts | None = None, *, scale: float
 def save_chrome_trace(timeline: Any, path, costs: StageCosts | None = None, **kw) -> str:
     """Write ``chrome_trace`` as JSON (open in chrome://tracing or ui.perfetto.dev)."""
     p = _path(path)
-    p.write_text(json.dumps(chrome_trace(timeline, costs, **kw), default=_np_default))
+    p.write_text(json.dumps(chrome_trace(timeline, costs, **kw), default=_np_default, allow_nan=False))
     return str(p)
 
 

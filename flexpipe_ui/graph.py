@@ -12,6 +12,7 @@ import numpy as np
 
 from .ir import Action, Schedule
 from .kinds import Kind
+from .limits import MAX_ACTIONS
 
 __all__ = ["Graph", "compile_schedule", "Finding", "structure_problems", "wait_cycle"]
 
@@ -83,6 +84,15 @@ def _flat_arrays(s: Schedule):
     return (acts, tuple(klist), rank, pos, kid, stage, mb)
 
 
+_SHOWN = 10
+"""Findings listed per class of structure problem; the rest are counted in one more finding."""
+
+
+def _more(out: list, n: int, what: str) -> None:
+    if n > _SHOWN:
+        out.append(Finding(f"... {n - _SHOWN} more {what} (showing the first {_SHOWN})"))
+
+
 def structure_problems(s: Schedule) -> list[Finding]:
     """Range, placement, duplicate and completeness problems (everything but ordering)."""
     acts, klist, rank, pos, kid, stage, mb = _flatten(s)
@@ -93,34 +103,37 @@ def structure_problems(s: Schedule) -> list[Finding]:
         out.append(Finding(f"placement puts stages {bad_place} on ranks outside 0..{R - 1}"))
     cells = lambda idx: tuple((int(rank[i]), int(pos[i])) for i in idx)
     names = lambda idx: tuple(str(acts[i]) for i in idx)
+    if S * M > max(len(acts), MAX_ACTIONS):   # before an S x M table: each pair needs an F and a backward
+        return out + [Finding(f"the schedule has {len(acts)} actions, but {S} stages x {M} microbatches need "
+                              f"at least {2 * S * M} (a forward and a backward each)")]
     oor = np.flatnonzero((stage >= S) | (mb >= M))
-    for i in oor:
+    for i in oor[:_SHOWN]:
         a = acts[i]
         what = (f"stage {a.stage} out of range (the schedule has {S} stages, 0..{S - 1})"
                 if a.stage >= S else f"microbatch {a.microbatch} out of range (microbatches={M}, 0..{M - 1})")
         out.append(Finding(f"rank {rank[i]}, position {pos[i]}: {a}: {what}", cells([i]), names([i])))
+    _more(out, len(oor), "out-of-range actions")
     ok = np.flatnonzero((stage < S) & (mb < M))
     place = np.asarray(s.placement, dtype=np.int64)
     if S:
         wrong = ok[place[stage[ok]] != rank[ok]]
-        for i in wrong:
+        for i in wrong[:_SHOWN]:
             out.append(Finding(f"rank {rank[i]}, position {pos[i]}: {acts[i]} is on rank {rank[i]}, but "
                                 f"stage {stage[i]} is placed on rank {place[stage[i]]}", cells([i]), names([i])))
-    # duplicates
+        _more(out, len(wrong), "actions on the wrong rank")
+    # duplicates: runs of equal keys in sorted order (linear, however many there are)
     key = (kid[ok] * max(S, 1) + stage[ok]) * max(M, 1) + mb[ok]
     order = np.argsort(key, kind="stable")
     sk = key[order]
-    dup_mask = np.zeros(len(sk), bool)
-    if len(sk) > 1:
-        dup_mask[1:] = sk[1:] == sk[:-1]
-    for j in np.flatnonzero(dup_mask):
-        i_first, i_dup = ok[order[j - 1]], ok[order[j]]
-        if dup_mask[j - 1]:
-            continue  # report each duplicated key once
-        same = ok[order[sk == sk[j]]]
-        out.append(Finding(f"{acts[i_dup]} appears {len(same)} times (ranks/positions "
-                            + ", ".join(f"r{rank[i]}#{pos[i]}" for i in same) + ")",
-                            cells(same), names(same[1:])))
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(sk)]
+    runs = [(a0, b0) for a0, b0 in zip(starts.tolist(), ends.tolist()) if b0 - a0 > 1]
+    for a0, b0 in runs[:_SHOWN]:
+        same = ok[order[a0:b0]]
+        shown = ", ".join(f"r{rank[i]}#{pos[i]}" for i in same[:8]) + (", ..." if len(same) > 8 else "")
+        out.append(Finding(f"{acts[same[1]]} appears {len(same)} times (ranks/positions {shown})",
+                           cells(same[:8]), names(same[1:8])))
+    _more(out, len(runs), "duplicated actions")
     # completeness: one F and (B or I+W) per (stage, microbatch)
     roles = ("forward", "backward_input", "backward_weight", "backward")   # F, I, W, B
     have = {role: np.zeros((S, M), bool) for role in roles}
@@ -129,22 +142,20 @@ def structure_problems(s: Schedule) -> list[Finding]:
             sel = ok[kid[ok] == k]
             have[kind.role][stage[sel], mb[sel]] = True
     hf, hi, hw, hb = (have[role] for role in roles)
-    miss: list[tuple[int, int, str]] = []
-    for st, m in np.argwhere(~hf):
-        miss.append((st, m, f"{st}F{m}"))
-    for st, m in np.argwhere(~hb & ~hi & ~hw):
-        miss.append((st, m, f"{st}B{m} (or {st}I{m} + {st}W{m})"))
-    for st, m in np.argwhere(~hb & hi & ~hw):
-        miss.append((st, m, f"{st}W{m}"))
-    for st, m in np.argwhere(~hb & ~hi & hw):
-        miss.append((st, m, f"{st}I{m}"))
-    if miss:
-        miss.sort()
-        texts = [t for _, _, t in miss]
-        shown = ", ".join(texts[:12]) + (f" and {len(texts) - 12} more" if len(texts) > 12 else "")
+    # only the first few missing actions are formatted (a nearly empty 1,024 x 900 plan misses ~2M)
+    groups = ((~hf, "{s}F{m}"), (~hb & ~hi & ~hw, "{s}B{m} (or {s}I{m} + {s}W{m})"),
+              (~hb & hi & ~hw, "{s}W{m}"), (~hb & ~hi & hw, "{s}I{m}"))
+    n_miss = sum(int(mask.sum()) for mask, _ in groups)
+    if n_miss:
+        firsts = sorted((int(st), int(m), fmt.format(s=int(st), m=int(m)))
+                        for mask, fmt in groups for st, m in np.argwhere(mask)[:12])
+        texts = [t for _, _, t in firsts[:12]]
+        shown = ", ".join(texts) + (f" and {n_miss - len(texts)} more" if n_miss > len(texts) else "")
         out.append(Finding(f"missing actions: {shown}", (), tuple(t.split(" ")[0] for t in texts)))
     bwd = [k for k, kd in enumerate(klist) if kd.is_backward]
-    for st, m in np.argwhere(hb & (hi | hw)):
+    both = np.argwhere(hb & (hi | hw))
+    _more(out, len(both), "pairs with both a fused and a split backward")
+    for st, m in both[:_SHOWN]:
         idx = ok[(stage[ok] == st) & (mb[ok] == m) & np.isin(kid[ok], bwd)]
         out.append(Finding(f"stage {st} microbatch {m} has both a fused B and a split I/W backward",
                             cells(idx), names(idx)))

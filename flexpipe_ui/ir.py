@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from .kinds import Kind, get_kind
+from .limits import MAX_INDEX_DIGITS
 from .pysource import literal
 
 __all__ = ["Action", "Schedule", "Plan", "parse_action", "kind_names", "ParseError", "EditError", "FromText",
@@ -57,7 +58,12 @@ def parse_action(text: str, where: str = "") -> Action:
     m = _ACTION.match(str(text))
     loc = f" ({where})" if where else ""
     if not m:
-        raise ParseError(f"cannot parse action {text!r}{loc}: expected <stage><KIND><microbatch>, e.g. '2F0'")
+        raise ParseError(f"cannot parse action {str(text)[:40]!r}{loc}: expected <stage><KIND><microbatch>, e.g. '2F0'")
+    if len(m.group(2)) > 32:
+        raise ParseError(f"action {str(text)[:40]!r}...{loc}: kind names have at most 32 letters")
+    if len(m.group(1)) > MAX_INDEX_DIGITS or len(m.group(3)) > MAX_INDEX_DIGITS:
+        raise ParseError(f"action {str(text)[:40]!r}{loc}: stage and microbatch numbers have at most "
+                         f"{MAX_INDEX_DIGITS} digits (flexpipe_ui.limits.MAX_INDEX_DIGITS)")
     try:
         kind = get_kind(m.group(2))
     except ValueError as e:

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from .jsonio import read_json, write_json
-from .ir import ParseError, Plan, Schedule, infer_placement, kind_names, parse_action
+from .ir import Action, ParseError, Plan, Schedule, infer_placement, kind_names, parse_action
+from .limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from .ops import register_missing
 
 __all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile"]
@@ -44,9 +45,12 @@ def _jsonable(x: Any) -> Any:
     return str(x)
 
 
-def _int(v: Any, where: str, minimum: int = 0) -> int:
+def _int(v: Any, where: str, minimum: int = 0, maximum: int | None = None, limit: str = "") -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise PlanFileError(f"{where}: expected an integer >= {minimum}, got {v!r}")
+        shown = v if not isinstance(v, (list, dict, str)) or len(repr(v)) < 60 else type(v).__name__
+        raise PlanFileError(f"{where}: expected an integer >= {minimum}, got {shown!r}")
+    if maximum is not None and v > maximum:
+        raise PlanFileError(f"{where}: {v} is beyond the limit of {maximum}{limit}")
     return v
 
 
@@ -62,28 +66,44 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     for key in ("ranks", "microbatches", "order"):
         if key not in d:
             raise PlanFileError(f"{source}: missing key {key!r}")
-    ranks = _int(d["ranks"], f"{source}: 'ranks'", 1)
-    mbs = _int(d["microbatches"], f"{source}: 'microbatches'", 1)
+    ranks = _int(d["ranks"], f"{source}: 'ranks'", 1, MAX_RANKS, " ranks (flexpipe_ui.limits.MAX_RANKS)")
+    mbs = _int(d["microbatches"], f"{source}: 'microbatches'", 1, MAX_MICROBATCHES,
+               " microbatches (flexpipe_ui.limits.MAX_MICROBATCHES)")
     order_in = d["order"]
     if not isinstance(order_in, dict):
         raise PlanFileError(f"{source}: 'order' must be an object mapping rank (\"0\"...) to action lists")
-    extra = sorted(set(order_in) - {str(r) for r in range(ranks)})
+    total = sum(len(row) for row in order_in.values() if isinstance(row, list))
+    if total > MAX_ACTIONS:
+        raise PlanFileError(f"{source}: 'order' lists {total} actions, beyond the limit of {MAX_ACTIONS} "
+                            "(flexpipe_ui.limits.MAX_ACTIONS)")
+    extra = sorted(set(order_in) - {str(r) for r in range(ranks)}, key=str)
     if extra:
-        raise PlanFileError(f"{source}: 'order' has ranks {extra} outside 0..{ranks - 1}")
+        shown = ", ".join(repr(str(x)[:20]) for x in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise PlanFileError(f"{source}: 'order' has ranks {shown} outside 0..{ranks - 1}")
     _register_example_kinds(order_in)
     order = []
+    parsed: dict[str, Action] = {}     # each distinct action text parsed once
     for r in range(ranks):
         row = order_in.get(str(r), [])
         if not isinstance(row, list):
             raise PlanFileError(f"{source}: order of rank {r} must be a list of action strings")
+        bad = next((i for i, a in enumerate(row) if not isinstance(a, str)), None)
+        if bad is not None:
+            raise PlanFileError(f"{source}: order of rank {r}, position {bad}: expected an action string "
+                                f"like '0F0', got {type(row[bad]).__name__}")
         try:
-            order.append(tuple(parse_action(a, f"{source}, rank {r}, position {i}")
+            order.append(tuple(parsed[a] if a in parsed else
+                               parsed.setdefault(a, parse_action(a, f"{source}, rank {r}, position {i}"))
                                for i, a in enumerate(row)))
         except ParseError as e:
             raise PlanFileError(str(e)) from None
     stages_in = d.get("stages")
     partition = None
     if stages_in is None:
+        top = max((a.stage for row in order for a in row), default=0)
+        if top >= MAX_STAGES:
+            raise PlanFileError(f"{source}: action stage {top} is beyond the limit of {MAX_STAGES} stages "
+                                "(flexpipe_ui.limits.MAX_STAGES)")
         try:
             placement = infer_placement(order)
         except ValueError as e:
@@ -91,6 +111,9 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     else:
         if not isinstance(stages_in, list) or not stages_in:
             raise PlanFileError(f"{source}: 'stages' must be a non-empty list")
+        if len(stages_in) > MAX_STAGES:
+            raise PlanFileError(f"{source}: 'stages' has {len(stages_in)} stages, beyond the limit of "
+                                f"{MAX_STAGES} (flexpipe_ui.limits.MAX_STAGES)")
         placement, layers = [], []
         for i, st in enumerate(stages_in):
             if not isinstance(st, dict) or "rank" not in st:
@@ -109,8 +132,10 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
                 raise PlanFileError(f"{source}: some stages have 'layers' and some do not")
             flat = [x for ls in layers for x in ls]
             if flat != list(range(len(flat))):
+                shown = str([list(x) for x in layers])
+                shown = shown if len(shown) < 200 else shown[:200] + "..."
                 raise PlanFileError(f"{source}: stage layers must be contiguous, in model order and "
-                                    f"cover every layer once; got {[list(x) for x in layers]}")
+                                    f"cover every layer once; got {shown}")
             partition = tuple(layers)
     meta = d.get("meta", {})
     if not isinstance(meta, dict):
@@ -125,7 +150,8 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
 def _register_example_kinds(order_in: dict) -> None:
     """The example kinds a plan file names (recompute R, offload OFF/LOAD) register on load, so the
     file parses in a fresh process; anything else unknown is reported by the parser."""
-    register_missing(kind_names(a for row in order_in.values() if isinstance(row, list) for a in row))
+    texts = {a for row in order_in.values() if isinstance(row, list) for a in row if isinstance(a, str)}
+    register_missing(kind_names(texts))     # each distinct text once (a plan may repeat one a million times)
 
 
 def load_plan(path: str | Path) -> Plan:

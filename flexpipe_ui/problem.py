@@ -6,6 +6,7 @@ and an optional memory cap (DESIGN.md, contract 2). ``StageCosts`` sums layers i
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -14,6 +15,7 @@ import numpy as np
 
 from .jsonio import read_json, write_json
 from .kinds import StageCost
+from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
 __all__ = ["Layer", "Problem", "ProblemError", "StageCosts", "load_problem", "save_problem",
            "uniform_costs", "even_partition", "PROBLEM_FORMAT"]
@@ -141,13 +143,19 @@ class Problem:
 
 
 def _num(value: Any, where: str, *, integer: bool = False, minimum: float = 0.0,
-         strict: bool = False) -> float:
+         strict: bool = False, maximum: float = MAX_NUMBER, limit: str = "MAX_NUMBER") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ProblemError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        shown = repr(value) if len(repr(value)) < 60 else repr(value)[:60] + "..."
+        raise ProblemError(f"{where}: expected a number, got {type(value).__name__} {shown}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProblemError(f"{where}: must be finite, got {value!r}")
+    if abs(value) > maximum:
+        shown = f"{value:.3g}" if isinstance(value, float) else (
+            str(value) if len(str(value)) < 30 else f"an integer of {len(str(abs(value)))} digits")
+        raise ProblemError(f"{where}: {shown} is beyond the limit of {maximum:g} "
+                           f"(flexpipe_ui.limits.{limit})")
     if integer and (not float(value).is_integer()):
         raise ProblemError(f"{where}: expected an integer, got {value!r}")
-    if not math.isfinite(value):
-        raise ProblemError(f"{where}: must be finite, got {value!r}")
     if value < minimum or (strict and value <= minimum):
         rel = ">" if strict else ">="
         raise ProblemError(f"{where}: must be {rel} {minimum:g}, got {value!r}")
@@ -159,12 +167,15 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         raise ProblemError(f"{source}: expected a JSON object, got {type(d).__name__}")
     fmt = d.get("format", PROBLEM_FORMAT)
     if fmt != PROBLEM_FORMAT:
-        raise ProblemError(f"{source}: format is {fmt!r}, expected {PROBLEM_FORMAT!r}")
+        shown = repr(fmt) if len(repr(fmt)) < 60 else repr(fmt)[:60] + "..."
+        raise ProblemError(f"{source}: format is {shown}, expected {PROBLEM_FORMAT!r}")
     for key in ("ranks", "microbatches", "layers"):
         if key not in d:
             raise ProblemError(f"{source}: missing key {key!r}")
-    ranks = _num(d["ranks"], f"{source}: 'ranks'", integer=True, minimum=1)
-    mbs = _num(d["microbatches"], f"{source}: 'microbatches'", integer=True, minimum=1)
+    ranks = _num(d["ranks"], f"{source}: 'ranks'", integer=True, minimum=1, maximum=MAX_RANKS,
+                 limit="MAX_RANKS")
+    mbs = _num(d["microbatches"], f"{source}: 'microbatches'", integer=True, minimum=1,
+               maximum=MAX_MICROBATCHES, limit="MAX_MICROBATCHES")
     comm = _num(d.get("comm", 0.0), f"{source}: 'comm'")
     limit = d.get("memory_limit")
     if limit is not None:
@@ -172,6 +183,9 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
     layers_in = d["layers"]
     if not isinstance(layers_in, list) or not layers_in:
         raise ProblemError(f"{source}: 'layers' must be a non-empty list")
+    if len(layers_in) > MAX_LAYERS:
+        raise ProblemError(f"{source}: 'layers' has {len(layers_in)} layers, beyond the limit of "
+                           f"{MAX_LAYERS} (flexpipe_ui.limits.MAX_LAYERS)")
     layers = []
     for i, ld in enumerate(layers_in):
         where = f"{source}: layer {i}"
@@ -184,8 +198,8 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         for k in ("act", "mem"):
             vals[k] = _num(ld.get(k, 0.0), f"{where}, key {k!r}")
         name = ld.get("name", "")
-        if not isinstance(name, str):
-            raise ProblemError(f"{where}, key 'name': expected a string")
+        if not isinstance(name, str) or len(name) > 200:
+            raise ProblemError(f"{where}, key 'name': expected a string of at most 200 characters")
         for k in _LAYER_TERMS:
             if ld.get(k) is not None:
                 vals[k] = _num(ld[k], f"{where}, key {k!r}")
@@ -247,24 +261,32 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
 
 
 def _check_problem(p: Problem) -> None:
-    if p.ranks < 1 or p.microbatches < 1:
-        raise ProblemError(f"ranks and microbatches must be >= 1 (got {p.ranks}, {p.microbatches})")
+    for name, v, top in (("ranks", p.ranks, MAX_RANKS), ("microbatches", p.microbatches, MAX_MICROBATCHES)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= top:
+            raise ProblemError(f"{name} must be an integer in 1..{top}, got {v!r}")
     if not p.layers:
         raise ProblemError("a problem needs at least one layer")
+    if len(p.layers) > MAX_LAYERS:
+        raise ProblemError(f"{len(p.layers)} layers is beyond the limit of {MAX_LAYERS} "
+                           "(flexpipe_ui.limits.MAX_LAYERS)")
     for i, l in enumerate(p.layers):
         for k in ("f", "b", "w", "act", "mem"):
             v = getattr(l, k)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ProblemError(f"layer {i}, key {k!r}: must be a finite number >= 0, got {v!r}")
-    if p.comm < 0:
-        raise ProblemError(f"'comm' must be >= 0, got {p.comm}")
-    if p.memory_limit is not None and p.memory_limit <= 0:
-        raise ProblemError(f"'memory_limit' must be > 0, got {p.memory_limit}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    and 0 <= v <= MAX_NUMBER):
+                raise ProblemError(f"layer {i}, key {k!r}: must be a finite number in 0..{MAX_NUMBER:g}, "
+                                   f"got {v!r}")
+    if not (isinstance(p.comm, (int, float)) and math.isfinite(p.comm) and 0 <= p.comm <= MAX_NUMBER):
+        raise ProblemError(f"'comm' must be a finite number in 0..{MAX_NUMBER:g}, got {p.comm}")
+    if p.memory_limit is not None and not (isinstance(p.memory_limit, (int, float)) and
+                                           math.isfinite(p.memory_limit) and 0 < p.memory_limit <= MAX_NUMBER):
+        raise ProblemError(f"'memory_limit' must be a finite number in (0, {MAX_NUMBER:g}], got {p.memory_limit}")
     _check_terms(p)
 
 
 def _nonneg(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and 0 <= v <= MAX_NUMBER)
 
 
 def _check_terms(p: Problem) -> None:

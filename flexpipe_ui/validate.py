@@ -14,6 +14,9 @@ from .ir import Schedule
 
 __all__ = ["ScheduleError", "validate", "validated", "valid_by_construction", "check", "render_grid"]
 
+MAX_FINDINGS = 20
+"""Problems listed in one error (the rest are counted), so a broken 1M-action plan stays readable."""
+
 
 class ScheduleError(ValueError):
     """An invalid schedule. ``problems`` name the actions; ``cells`` are (rank, position) to mark."""
@@ -45,7 +48,7 @@ def render_grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), width
         first = min((p for _, p in marks), default=0)
         lo = max(0, min(first - width // 4, steps - width))
         hi = lo + width
-    cw = max([len(str(a)) for row in schedule.order for a in row] + [4]) + 2
+    cw = max([len(str(a)) for row in schedule.order for a in row[lo:hi]] + [4]) + 2
     head = "step    " + "".join(f"{i:>{cw}}" for i in range(lo, hi))
     out = [head]
     for r, row in enumerate(schedule.order):
@@ -94,7 +97,12 @@ def deadlock_problem(g: Graph) -> Finding | None:
 
 def static_problems(schedule: Schedule) -> list[Finding]:
     """Structure problems, else local-order problems: everything short of the deadlock search."""
+    if schedule.num_actions == 0 or schedule.num_stages == 0:
+        return [Finding(f"the schedule has no actions ({schedule.ranks} rank(s), {schedule.num_stages} "
+                        "stages): a plan needs at least one stage with its forward and backward")]
     probs = structure_problems(schedule)
+    if len(probs) > MAX_FINDINGS:
+        probs = probs[:MAX_FINDINGS] + [Finding(f"... and {len(probs) - MAX_FINDINGS} more problems")]
     if probs:
         return probs
     return order_problems(compile_schedule(schedule))

@@ -16,7 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flexpipe_ui import cli_types as T
+
 __all__ = ["register", "schedule_plan"]
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+"""What ``--dtype`` accepts (the workers' ``_dtype`` table)."""
 
 
 def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunks: int | None = None):
@@ -44,21 +49,36 @@ def _model(args):
     return resolve_model(args)
 
 
+DEMO_HEADS = 4
+"""demo-gpt's attention heads (``models.GPTConfig.heads``' default): ``--dim`` must be a multiple."""
+
+
+def _check_model_flags(args) -> None:
+    """Refuse model flags the workers would refuse, before torch is even imported."""
+    if args.model == "demo-gpt" and args.dim % DEMO_HEADS:
+        raise ValueError(f"--dim {args.dim}: demo_gpt dim {args.dim} is not a multiple of heads {DEMO_HEADS} "
+                         f"(attention splits the width evenly); use e.g. --dim "
+                         f"{DEMO_HEADS * max(1, args.dim // DEMO_HEADS)}")
+
+
 def _train(args) -> int:
+    if (args.schedule is None) == (args.plan is None):
+        raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
+    _check_model_flags(args)
     import numpy as np
 
     from flexpipe_ui.planfile import load_plan
 
     from .data import reference_run
     from .launcher import launch
-    if (args.schedule is None) == (args.plan is None):
-        raise ValueError("give exactly one of --schedule NAME or --plan PLAN")
     if args.dp < 1:
         raise ValueError(f"--dp must be >= 1, got {args.dp}")
     args.layers_given = args.layers is not None
     plan = None
     if args.plan:
         plan = load_plan(args.plan)
+        from flexpipe_ui.validate import validate
+        validate(plan.schedule)                 # before anything is printed or started
         if args.ranks is not None and args.ranks != plan.ranks:
             raise ValueError(f"--ranks {args.ranks} but the plan has {plan.ranks} ranks")
         if args.layers is None:
@@ -68,6 +88,8 @@ def _train(args) -> int:
         if args.ranks is None:
             raise ValueError("--schedule needs --ranks P")
         m = args.microbatches or 2 * args.ranks
+        from flexpipe_ui.limits import check_plan_size
+        check_plan_size(args.ranks * (args.chunks or 2), m)
         if args.layers is None:
             S = args.ranks * (args.chunks or (2 if args.schedule in ("zb-v", "dualpipe-v", "interleaved-1f1b",
                                                                      "looped-bfs", "interleaved-zb") else 1))
@@ -166,6 +188,7 @@ def _tune(args) -> int:
 
 
 def _profile(args) -> int:
+    _check_model_flags(args)
     from .profiler import profile
     args.layers_given = args.layers is not None
     args.layers = args.layers or 6
@@ -192,14 +215,15 @@ def _common(p) -> None:
                    help="demo-gpt, hf:<model type> (llama, qwen2, qwen3, mistral, gpt2) or package.module:factory")
     p.add_argument("--model-config", metavar="JSON",
                    help="hf: models: config fields as JSON, e.g. '{\"hidden_size\": 64, \"num_hidden_layers\": 4}'")
-    p.add_argument("--dp", type=int, default=1,
+    p.add_argument("--dp", type=T.integer(1, 1024), default=1,
                    help="data-parallel replicas of the pipeline (processes = ranks x dp)")
-    p.add_argument("--layers", type=int, default=None, help="demo-gpt layers (embedding + blocks + head)")
-    p.add_argument("--dim", type=int, default=64, help="demo-gpt width")
-    p.add_argument("--seq", type=int, default=32, help="sequence length (demo-gpt, hf: models)")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per step (all replicas together)")
+    p.add_argument("--layers", type=T.integer(3, 4096), default=None, help="demo-gpt layers (embedding + blocks + head)")
+    p.add_argument("--dim", type=T.integer(1, 65536), default=64, help="demo-gpt width")
+    p.add_argument("--seq", type=T.integer(1, 1 << 20), default=32, help="sequence length (demo-gpt, hf: models)")
+    p.add_argument("--batch-size", type=T.integer(1, 1 << 20), default=16,
+                   help="sequences per step (all replicas together)")
     p.add_argument("--devices", default="cpu", help="cpu (gloo) or cuda (NCCL)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
 
 
 def register(subparsers) -> None:
@@ -208,14 +232,15 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--schedule", help="named schedule (flexpipe plan --list)")
     p.add_argument("--plan", help="a flexpipe-plan/1 file")
-    p.add_argument("--ranks", type=int, help="pipeline ranks (processes)")
-    p.add_argument("--microbatches", type=int, help="microbatches per step (default 2 x ranks)")
-    p.add_argument("--chunks", type=int, help="stages per rank for interleaved schedules")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a receive may wait")
-    p.add_argument("--timed", type=float, default=None, metavar="MS",
+    p.add_argument("--ranks", type=T.ranks, help="pipeline ranks (processes)")
+    p.add_argument("--microbatches", type=T.microbatches, help="microbatches per step (default 2 x ranks)")
+    p.add_argument("--chunks", type=T.integer(1, 64), help="stages per rank for interleaved schedules")
+    p.add_argument("--steps", type=T.integer(1, 10**6), default=3)
+    p.add_argument("--lr", type=T.nonnegative, default=0.01)
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0)
+    p.add_argument("--timeout", type=T.seconds, default=60.0,
+                   help="seconds a receive, or one action's compute, may take before the run is stopped")
+    p.add_argument("--timed", type=T.number(minimum=0.0, maximum=1e6), default=None, metavar="MS",
                    help="run the sleeping model instead: each layer's F, I and W take MS ms")
     p.add_argument("--problem", help="a flexpipe-problem/1 file: print its predicted peak memory per rank "
                                      "beside the measured one")
@@ -226,10 +251,10 @@ def register(subparsers) -> None:
     q = subparsers.add_parser("profile", help="measure per-layer costs into a flexpipe-problem/1",
                               description="Time f, b (input grad), w (weight grad) and memory per layer.")
     _common(q)
-    q.add_argument("--ranks", type=int, default=4)
-    q.add_argument("--microbatches", type=int, default=8)
-    q.add_argument("--repeats", type=int, default=5)
-    q.add_argument("--dp-bandwidth", type=float, default=None, metavar="MIB_PER_MS",
+    q.add_argument("--ranks", type=T.ranks, default=4)
+    q.add_argument("--microbatches", type=T.microbatches, default=8)
+    q.add_argument("--repeats", type=T.integer(1, 10000), default=5)
+    q.add_argument("--dp-bandwidth", type=T.number(minimum=1e-9, maximum=1e12), default=None, metavar="MIB_PER_MS",
                    help="gradient all-reduce bandwidth to record with --dp")
     q.add_argument("-o", "--output", help="problem file to write")
     q.set_defaults(func=_profile)

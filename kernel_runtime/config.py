@@ -32,7 +32,8 @@ class LaunchConfig:
     timed: Any = False
     """True / milliseconds / a Problem: run the sleeping model instead (durations in ms)."""
     timeout: float = 60.0
-    """Seconds a receive may wait for its peer before the run fails naming both ranks."""
+    """Seconds a receive may wait for its peer, and one action may compute, before the run fails
+    naming the stuck rank and action (the launcher's watchdog sees compute hangs, also on one rank)."""
     dtype: Any = "float32"
     """"float32" or "float64" (or a torch dtype)."""
     capture_grads: bool = False

@@ -245,6 +245,9 @@ class RankExecutor:
         self.copy_stream = torch.cuda.Stream(device) if (self.offload and device.type == "cuda") else None
         self.timer = timer
         self.progress = progress
+        self.watch: Callable[[bool], None] | None = None
+        """Called with True as an action's compute starts and False when it ends (the launcher's
+        watchdog reads it to name a rank stuck in compute)."""
         self.params = {s: [p for l in ls for p in l.parameters() if p.requires_grad]
                        for s, ls in layers.items()}
         self.saved = SavedBytes({p.untyped_storage().data_ptr() for ls in layers.values()
@@ -343,11 +346,15 @@ class RankExecutor:
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
                 forward = a.kind.is_forward or a.kind.name == "R"    # R re-runs the forward with autograd
                 start = timer.mark()
+                if self.watch is not None:
+                    self.watch(True)
                 if forward:
                     with self.saved.hooks():
                         self.handlers[a.kind.name](self, a, st)
                 else:
                     self.handlers[a.kind.name](self, a, st)
+                if self.watch is not None:
+                    self.watch(False)
                 end = timer.mark()
                 if forward:
                     st.held = activation_bytes(self.saved.storages, st.x, st.y)

@@ -109,8 +109,10 @@ def prepare_plans(plan, spec_layers: int | None, handlers: Mapping[str, Callable
 class RunHandle:
     """A running (or finished) launch. Thread-safe; ``events()`` and ``poll()`` stream StepEvents."""
 
-    def __init__(self, plans: list[Plan], procs, queue, progress, world: int, steps: int):
+    def __init__(self, plans: list[Plan], procs, queue, progress, world: int, steps: int, *,
+                 beat=None, timeout: float | None = None):
         self.plans, self._procs, self._q, self._progress = plans, procs, queue, progress
+        self._beat, self._timeout = beat, timeout
         self.world, self.steps = world, steps
         self.losses: list[float | None] = []
         self.step_times: list[float] = []
@@ -249,6 +251,11 @@ class RunHandle:
                 continue
             if self._stopping:
                 return
+            if not errors:
+                hung = self._hung(time.monotonic(), self._timeout)
+                if hung is not None:
+                    self._fail(hung)
+                    return
             if errors and time.monotonic() - first_error_at > 0.3:
                 self._fail(self._diagnose(errors))
                 return
@@ -267,9 +274,25 @@ class RunHandle:
                     self._fail(self._diagnose(errors))
                 return
 
+    def _hung(self, now: float, limit: float | None, reason: str = "") -> WorkerError | None:
+        """The rank that has been computing one action longest, if longer than ``limit`` seconds
+        (the watchdog: it also catches hangs that no receive timeout sees, e.g. on one rank)."""
+        if self._beat is None or limit is None:
+            return None
+        stuck = [(now - self._beat[2 * r + 1], r) for r in range(self.world)
+                 if self._beat[2 * r] == 1.0 and r not in self._finished and self._procs[r].exitcode is None]
+        stuck = [(t, r) for t, r in stuck if t > limit]
+        if not stuck:
+            return None
+        t, r = max(stuck)
+        action, step = self._progress_of(r)
+        return WorkerError(r, f"rank {r} hung in action {action} of step {step}: it has been computing for "
+                              f"{t:.1f} s, beyond the timeout of {self._timeout:g} s{reason}", action, step, "", "hang")
+
     def _diagnose(self, errors: list[dict]) -> WorkerError:
         """The failure that started it: a worker's own exception, else a worker that died without
-        reporting (signal), else the earliest communication error."""
+        reporting (signal), else a rank stuck in compute that the others timed out waiting for, else
+        the earliest communication error."""
         reported = {m["rank"] for m in errors}
         if any(not m["comm"] for m in errors):
             return _root_cause(errors)
@@ -284,7 +307,14 @@ class RunHandle:
                 return WorkerError(rank, f"rank {rank} {how}{where}{hint}", action, step, "",
                                    "killed" if p.exitcode < 0 else "exit")
         if errors:
-            return _root_cause(errors)
+            first = min(errors, key=lambda m: m["time"])
+            cause = _root_cause(errors)
+            if self._timeout is not None:   # a peer's receive timed out first: is someone stuck computing?
+                hung = self._hung(first["time"], self._timeout / 2,
+                                  f"; rank {cause.rank} timed out waiting for it at {cause.action} ({cause})")
+                if hung is not None:
+                    return hung
+            return cause
         missing = sorted(set(range(self.world)) - self._finished)
         return WorkerError(missing[0] if missing else -1, f"ranks {missing} exited without finishing")
 
@@ -363,6 +393,8 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     (``kernel_runtime.dp``). With ``devices="cuda"`` and fewer GPUs than processes, processes
     share GPUs and messages go through host memory over gloo (exact, but timings are not
     representative: a warning says so).
+    ``config.timeout`` bounds a receive and one action's compute: past it the run stops and the
+    error names the stuck rank and action (the launcher's watchdog).
     """
     cfg = config_with(config, **fields)
     from .hf import as_model
@@ -372,8 +404,14 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
 
     from .models import as_spec
 
-    if cfg.steps < 1:
-        raise PlanRefused(f"steps must be >= 1, got {cfg.steps}")
+    if isinstance(cfg.steps, bool) or not isinstance(cfg.steps, int) or cfg.steps < 1:
+        raise PlanRefused(f"steps must be an integer >= 1, got {cfg.steps!r}")
+    import math
+    from flexpipe_ui.limits import MAX_TIMEOUT
+    timeout = cfg.timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or not 0 < timeout <= MAX_TIMEOUT:
+        raise PlanRefused(f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {timeout!r}")
     probe = [_as_plan(p) for p in (plan if isinstance(plan, (list, tuple)) else [plan])]
     n_layers = probe[0].num_layers or None
     timed = cfg.timed
@@ -412,11 +450,12 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     progress = ctx.Array("i", [-1] * (3 * world), lock=False)
+    beat = ctx.Array("d", [0.0] * (2 * world), lock=False)   # per rank: computing?, since (monotonic)
     from .worker import worker_main
     procs = []
     try:
         for r in range(world):
-            p = ctx.Process(target=worker_main, args=(r, job, q, progress), daemon=True,
+            p = ctx.Process(target=worker_main, args=(r, job, q, progress, beat), daemon=True,
                             name=f"kernel_runtime-rank{r}")
             p.start()
             procs.append(p)
@@ -424,7 +463,7 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
         for p in procs:
             p.kill()
         raise
-    return RunHandle(plans, procs, q, progress, world, cfg.steps)
+    return RunHandle(plans, procs, q, progress, world, cfg.steps, beat=beat, timeout=timeout)
 
 
 def _check_sendable(job) -> None:

@@ -124,6 +124,17 @@ class GPTConfig:
     n_blocks: int = 4
     """Transformer blocks (layers = embedding + blocks + head)."""
 
+    def __post_init__(self) -> None:
+        for name in ("vocab", "seq", "dim", "heads"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ModelError(f"demo_gpt {name} must be an integer >= 1, got {v!r}")
+        if isinstance(self.n_blocks, bool) or not isinstance(self.n_blocks, int) or self.n_blocks < 0:
+            raise ModelError(f"demo_gpt n_blocks must be an integer >= 0, got {self.n_blocks!r}")
+        if self.dim % self.heads:
+            raise ModelError(f"demo_gpt dim {self.dim} is not a multiple of heads {self.heads}: attention "
+                             f"splits the width evenly across heads; use a dim like {self.heads * max(1, self.dim // self.heads)}")
+
 
 class Embedding(nn.Module):
     def __init__(self, cfg: GPTConfig):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -51,6 +52,7 @@ class Job:
     threads: int | None = None
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    loopback: bool = True          # one machine: the rendezvous store and gloo listen on 127.0.0.1 only
     handlers: dict = field(default_factory=dict)  # kind → handler, on top of executor.DEFAULT_HANDLERS
     kinds: list = field(default_factory=list)   # user kinds of the plans, as picklable fields
     dp: int = 1                    # data-parallel replicas: world = plan ranks x dp (see dp.py)
@@ -167,7 +169,24 @@ def _peak_memory_mib(device, rec, params, opt) -> float:
 _DTYPES = ["torch.float32", "torch.float64", "torch.bfloat16", "torch.float16"]
 
 
-def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | None = None) -> None:
+def _loopback_store(job: Job, rank: int, timeout):
+    """The rendezvous TCPStore bound to 127.0.0.1 only (torch's own binds every interface, "::"):
+    rank 0 binds the socket itself and hands it over (``master_listen_fd``)."""
+    import socket
+
+    import torch.distributed as dist
+    if rank != 0:
+        return dist.TCPStore("127.0.0.1", job.master_port, job.world, False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", job.master_port))
+    sock.listen(max(128, job.world))
+    return dist.TCPStore("127.0.0.1", job.master_port, job.world, True, timeout=timeout,
+                         wait_for_workers=False, master_listen_fd=sock.detach())
+
+
+def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | None = None,
+               watch=None) -> None:
     """Join the group, run every task, report; raises on failure (the caller reports it)."""
     import numpy as np
     import torch
@@ -189,8 +208,10 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     device = _device(job, rank if local_rank is None else local_rank)
     if not dist.is_initialized():
         kw = {"device_id": device} if job.backend == "nccl" else {}
-        dist.init_process_group(job.backend, rank=rank, world_size=job.world,
-                                timeout=timedelta(seconds=max(job.timeout, 30.0)), **kw)
+        limit = timedelta(seconds=max(job.timeout, 30.0))
+        if job.loopback:
+            kw["store"] = _loopback_store(job, rank, limit)
+        dist.init_process_group(job.backend, rank=rank, world_size=job.world, timeout=limit, **kw)
     _register_kinds(job.kinds)
     plans = [plan_from_dict(t.plan) for t in job.tasks]
     lay = Layout(rank, job.world // job.dp, job.dp)
@@ -236,6 +257,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
                           timer, None, handlers)
         if allreduce is not None:
             ex.on_stage_done = lambda s, ex=ex: allreduce.start(ex.params[s])
+        ex.watch = watch
         for step in range(task.steps):
             inputs, targets = first if step == 0 else mb(step)
             if progress:
@@ -263,11 +285,24 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     report({"type": "done", "rank": glob})
 
 
-def worker_main(rank: int, job: Job, queue, progress_arr=None) -> None:
-    """Entry point for ``launch`` (torch.multiprocessing spawn): errors go to the queue."""
+def worker_main(rank: int, job: Job, queue, progress_arr=None, beat_arr=None) -> None:
+    """Entry point for ``launch`` (torch.multiprocessing spawn): errors go to the queue.
+    ``beat_arr[2 rank: 2 rank + 2]`` = (1.0 while an action computes else 0.0, time.monotonic() of
+    the change): the launcher's watchdog names a rank stuck in compute."""
     _die_with_parent()
     os.environ.setdefault("MASTER_ADDR", job.master_addr)
     os.environ["MASTER_PORT"] = str(job.master_port)
+    if job.loopback:   # gloo's pair sockets on loopback too (else on the hostname's address)
+        import socket
+        lo = [n for _, n in socket.if_nameindex() if n in ("lo", "lo0")]
+        if lo:      # NCCL's bootstrap sockets likewise (intra-node data goes over P2P/SHM anyway)
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", lo[0])
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", lo[0])
+
+    def watch(busy: bool) -> None:
+        if beat_arr is not None:
+            beat_arr[2 * rank + 1] = time.monotonic()
+            beat_arr[2 * rank] = 1.0 if busy else 0.0
 
     def progress(task, step, pos):
         if progress_arr is not None:
@@ -275,7 +310,7 @@ def worker_main(rank: int, job: Job, queue, progress_arr=None) -> None:
             progress_arr[base], progress_arr[base + 1], progress_arr[base + 2] = task, step, pos
 
     try:
-        run_worker(rank, job, queue.put, progress)
+        run_worker(rank, job, queue.put, progress, watch=watch)
     except BaseException as e:   # noqa: BLE001 - everything is reported, then the process exits
         from .executor import ActionError
         from .transport import CommError
@@ -366,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "nccl" if device == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", world)) <= n_gpu else "gloo"
     job = Job(tasks=[Task(plan_to_dict(plan), args.steps)], world=world, model=model,
               device=device, backend=backend, dtype=args.dtype,
-              lr=args.lr, seed=args.seed, timeout=args.timeout, dp=args.dp)
+              lr=args.lr, seed=args.seed, timeout=args.timeout, dp=args.dp, loopback=False)
     out = None
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -375,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     def report(msg):
         if msg["type"] == "step":
             if msg["loss"] is not None:
-                print(json.dumps({"step": msg["step"], "loss": msg["loss"], "replica": msg.get("replica", 0),
+                loss = msg["loss"] if math.isfinite(msg["loss"]) else None   # JSON has no NaN
+                print(json.dumps({"step": msg["step"], "loss": loss, "replica": msg.get("replica", 0),
                                   "step_time": (msg["t_end"] - msg["t0"]) / 1e9}), flush=True)
             if out is not None:
                 out.write(json.dumps({k: v for k, v in msg.items() if k != "grads"}) + "\n")

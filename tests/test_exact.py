@@ -128,4 +128,4 @@ def test_cli_exact_flag(tmp_path, capsys):
     assert rc == 0 and "exact order (" in out and "nothing on this structure beats" in out
     validate(load_plan(tmp_path / "plan.json").schedule)
     assert main(["auto", str(tmp_path / "p.json"), "-o", str(tmp_path / "x.json"), "--exact", "-1"]) == 2
-    assert "--exact must be >= 0" in capsys.readouterr().err
+    assert "--exact: must be >= 0" in capsys.readouterr().err

@@ -134,7 +134,7 @@ def test_autosave_restores_after_restart(zbv, tmp_path, monkeypatch):
     d.selected = "1F2"
     d.nudge(-1)
     d.move("0F0", 0)
-    d.undo()                                            # the redo entry is not kept
+    d.undo()                                            # the redo entry is kept (autosave /2)
     order = d.plan.schedule.order
     d2 = Designer(zbv, name="r", baseline=None)          # a "restarted kernel"
     assert d2.plan.schedule.order == order and "restored 2 edits" in d2.message

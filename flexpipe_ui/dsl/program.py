@@ -9,6 +9,7 @@ when it cannot finish), then runs the actor list scheduler. ``source()`` is the 
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -184,17 +185,110 @@ def resolve_partition(problem, placement, partition="even"):
 
 
 def program_from_source(text: str) -> "Program":
-    """Evaluate a program's DSL source (``Program(placement=..., rules=Rules(...))``)."""
-    from . import placement as pl
-    env = {"__builtins__": {}, "Program": Program, "Rules": Rules, "looped": pl.looped,
-           "vshape": pl.vshape, "wave": pl.wave, "explicit": pl.explicit}
+    """Build a ``Program`` from its DSL source (``Program(placement=..., rules=Rules(...))``) without ``eval``.
+
+    Why an AST walk and not ``eval`` with empty builtins: ``eval`` is not a sandbox (attribute access
+    such as ``().__class__.__base__.__subclasses__()`` reaches ``os`` from any literal), and program
+    text arrives from the command line, from plan files' ``meta`` and from notebooks shared with
+    others, so it must be data, not code. The DSL's source form (``Program.source()``) only ever
+    contains calls of the DSL's own constructors with literal arguments, so the grammar accepted
+    here is exactly that: calls of ``Program``, ``Rules``, ``looped``, ``vshape``, ``wave``,
+    ``explicit`` (and the ``.on(...)``/``.with_(...)`` methods of their results), with numbers,
+    strings (the formulas ``"p - r"`` stay strings, evaluated later by ``eval_formula``'s own AST
+    walk), True/False/None, tuples, lists and dicts of those, and unary minus on numbers. Anything
+    else is refused with its line, column and node type before anything runs.
+    """
+    from ..limits import MAX_DSL_CHARS
+    if not isinstance(text, str):
+        raise RulesError(f"a DSL program must be text, got {type(text).__name__}")
+    if len(text) > MAX_DSL_CHARS:
+        raise RulesError(f"DSL program of {len(text)} characters is beyond the limit of {MAX_DSL_CHARS} "
+                         "(flexpipe_ui.limits.MAX_DSL_CHARS)")
     try:
-        prog = eval(compile(text, "<program>", "eval"), env)  # noqa: S307 - names restricted to the DSL
-    except Exception as e:
-        raise RulesError(f"cannot evaluate DSL program {text!r}: {type(e).__name__}: {e}") from None
+        tree = ast.parse(text.strip(), "<program>", mode="eval")
+    except SyntaxError as e:
+        raise RulesError(f"DSL program: syntax error at line {e.lineno}, column {e.offset}: {e.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise RulesError("DSL program is nested too deeply or is not text") from None
+    try:
+        prog = _build(tree.body, 0)
+    except RulesError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise RulesError(f"DSL program: {e}") from None
     if not isinstance(prog, Program):
-        raise RulesError(f"DSL source {text!r} does not describe a Program")
+        raise RulesError(f"DSL source {_short(text)} does not describe a Program (it is a "
+                         f"{type(prog).__name__}); write Program(placement=..., rules=Rules(...))")
     return prog
+
+
+def _dsl_names() -> dict:
+    from . import placement as pl
+    return {"Program": Program, "Rules": Rules, "looped": pl.looped, "vshape": pl.vshape,
+            "wave": pl.wave, "explicit": pl.explicit}
+
+
+_METHODS = ("on", "with_")
+"""Methods the DSL allows on a built value (``Rules(...).on(1, in_flight=2)``, ``.with_(...)``)."""
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) < 80 else repr(text[:80]) + "..."
+
+
+def _refuse(node: ast.AST, what: str) -> RulesError:
+    try:
+        src = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - only for the message
+        src = type(node).__name__
+    return RulesError(f"DSL program, line {getattr(node, 'lineno', '?')}, column "
+                      f"{getattr(node, 'col_offset', -1) + 1}: {what}: {_short(src)} ({type(node).__name__}); "
+                      "a program is calls of Program, Rules, looped, vshape, wave, explicit with literal "
+                      "arguments")
+
+
+def _build(node: ast.AST, depth: int):
+    """Evaluate one allowed node (see ``program_from_source``); refuse every other kind."""
+    from ..limits import MAX_DSL_DEPTH
+    if depth > MAX_DSL_DEPTH:
+        raise _refuse(node, f"nested deeper than {MAX_DSL_DEPTH} levels (flexpipe_ui.limits.MAX_DSL_DEPTH)")
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, (bool, int, float, str)) or node.value is None:
+            if isinstance(node.value, int) and abs(node.value) > 2 ** 53:
+                raise _refuse(node, "integer too large")
+            return node.value
+        raise _refuse(node, "only numbers, strings, True, False and None are allowed")
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
+            and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = [_build(e, depth + 1) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _refuse(node, "'**' in a dict is not allowed")
+        return {_build(k, depth + 1): _build(v, depth + 1) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Call):
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            raise _refuse(node, "'*' and '**' arguments are not allowed")
+        f = node.func
+        if isinstance(f, ast.Name):
+            names = _dsl_names()
+            if f.id not in names:
+                raise _refuse(f, f"unknown name {f.id!r}")
+            fn = names[f.id]
+        elif isinstance(f, ast.Attribute) and f.attr in _METHODS and isinstance(f.value, ast.Call):
+            obj = _build(f.value, depth + 1)
+            if not isinstance(obj, (Program, Rules)) or not hasattr(obj, f.attr):
+                raise _refuse(f, f".{f.attr}() is not a method of {type(obj).__name__}; allowed: "
+                                 "Rules(...).on(rank, ...), Rules(...).with_(...), Program(...).with_(...)")
+            fn = getattr(obj, f.attr)
+        else:
+            raise _refuse(f, "only calls of the DSL's own names are allowed")
+        args = [_build(a, depth + 1) for a in node.args]
+        kwargs = {k.arg: _build(k.value, depth + 1) for k in node.keywords}
+        return fn(*args, **kwargs)
+    raise _refuse(node, "not allowed in a DSL program")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ __all__ = ["register"]
 
 
 def register(sub) -> None:
+    from .. import cli_types as T
     p = sub.add_parser("plan", help="write a named schedule (or a DSL program) as a plan file",
                        description="Write a library schedule or a DSL program as a flexpipe-plan/1 file.")
     p.add_argument("name", nargs="?", help="schedule name (see --list)")
@@ -20,9 +21,9 @@ def register(sub) -> None:
     p.add_argument("--program", help="a DSL program instead of a name, e.g. \"Program(placement=vshape(), "
                                      "rules=Rules(backward='split', priority=('I', 'F', 'W')))\"")
     p.add_argument("--problem", help="flexpipe-problem/1 file (ranks, microbatches, layer costs)")
-    p.add_argument("--ranks", type=int, help="ranks (default: the problem's; required without one)")
-    p.add_argument("--microbatches", type=int, help="microbatches (default: the problem's)")
-    p.add_argument("--chunks", type=int, help="stages per rank (default: the schedule's own)")
+    p.add_argument("--ranks", type=T.ranks, help="ranks (default: the problem's; required without one)")
+    p.add_argument("--microbatches", type=T.microbatches, help="microbatches (default: the problem's)")
+    p.add_argument("--chunks", type=T.integer(1, 64), help="stages per rank (default: the schedule's own)")
     p.add_argument("--partition", default="even", choices=("even", "balanced"),
                    help="layer split: even by count (earlier stages take the extra) or cost-balanced")
     p.add_argument("--recompute", action="store_true",
@@ -57,6 +58,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError("give --problem PROBLEM.json, or --ranks and --microbatches for uniform costs")
     if problem is None and args.microbatches is None:
         raise ValueError("give --microbatches (or --problem)")
+    from ..limits import check_plan_size
+    ranks = args.ranks if args.ranks is not None else problem.ranks
+    check_plan_size(ranks * (args.chunks or 2), args.microbatches or problem.microbatches)
     layout = None
     if args.layout:
         from ..layout import parse_layout

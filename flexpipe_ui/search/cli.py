@@ -85,19 +85,21 @@ def _cmd_auto(args) -> int:
 
 
 def register(sub) -> None:
+    from .. import cli_types as T
+    from ..limits import MAX_NUMBER, MAX_TIMEOUT
     p = sub.add_parser("auto", help="auto-schedule: best partition + schedule for a problem file")
     p.add_argument("problem", nargs="?", help="flexpipe-problem/1 JSON (e.g. written by `flexpipe profile`)")
     p.add_argument("-o", "--output", required=True, help="where to write the best plan")
     from ..presets import PRESETS
     p.add_argument("--preset", choices=list(PRESETS),
                    help="use a built-in problem preset (flexpipe_ui.presets) instead of a file")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+    p.add_argument("--time-limit", type=T.seconds, default=None, metavar="S",
                    help="stop after S seconds with the best so far (makes the result machine-dependent)")
-    p.add_argument("--top", type=int, default=1, metavar="K", help="also report and write the K best plans")
-    p.add_argument("--seed", type=int, default=0, help="tie-break seed (same seed, same result)")
-    p.add_argument("--max-evals", type=int, default=None, metavar="N", help="simulation budget")
-    p.add_argument("--memory-limit", type=float, default=None, help="override the problem's per-rank cap")
-    p.add_argument("--exact", type=float, default=0.0, metavar="S",
+    p.add_argument("--top", type=T.integer(1, 100), default=1, metavar="K", help="also report and write the K best plans")
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="tie-break seed (same seed, same result)")
+    p.add_argument("--max-evals", type=T.integer(1, 10**9), default=None, metavar="N", help="simulation budget")
+    p.add_argument("--memory-limit", type=T.number(minimum=0.0, maximum=MAX_NUMBER, strict=True), default=None, help="override the problem's per-rank cap")
+    p.add_argument("--exact", type=T.number(minimum=0.0, maximum=MAX_TIMEOUT), default=0.0, metavar="S",
                    help="spend S seconds re-ordering the best structures' actions with CP-SAT (needs ortools; "
                         "wall-clock, so machine-dependent); prints each structure's proven lower bound")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")

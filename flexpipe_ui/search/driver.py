@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from ..ir import Plan
 from ..kinds import ensure_registered, scoped_kinds
+from ..limits import MAX_AUTO_LAYERS, MAX_AUTO_MICROBATCHES
 from ..problem import Problem, ProblemError
 from . import phases
 from . import space as sp
@@ -54,6 +55,15 @@ def auto_search(problem: Problem, options: SearchOptions | None = None, **fields
     uses them.
     """
     opts = options_with(options, **fields)
+    if problem.num_layers > MAX_AUTO_LAYERS or problem.microbatches > MAX_AUTO_MICROBATCHES:
+        raise ProblemError(f"the auto-scheduler takes up to {MAX_AUTO_LAYERS} layers and "
+                           f"{MAX_AUTO_MICROBATCHES} microbatches (flexpipe_ui.limits.MAX_AUTO_LAYERS, "
+                           f"MAX_AUTO_MICROBATCHES); this problem has {problem.num_layers} layers and "
+                           f"{problem.microbatches} microbatches: merge layers (profile coarser blocks) "
+                           "or schedule fewer, larger microbatches")
+    if sum(l.f + l.b + l.w for l in problem.layers) <= 0:
+        raise ProblemError("every layer has f = b = w = 0, so every plan takes no time and there is "
+                           "nothing to optimise; give the layers' costs (flexpipe profile measures them)")
     if problem.num_layers < problem.ranks:
         raise ProblemError(f"the problem has {problem.num_layers} layers but {problem.ranks} ranks: every "
                            f"rank needs at least one layer; use at most {problem.num_layers} ranks or "

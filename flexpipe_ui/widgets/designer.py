@@ -11,7 +11,6 @@ directory (the notebook's folder under Jupyter) and replayed from there after a 
 from __future__ import annotations
 
 import html
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,17 +22,17 @@ from ._panel import PanelBase
 
 from ..costmodel import fits
 from ..ir import Plan, Schedule
-from ..planfile import load_plan, plan_from_dict, plan_to_dict, save_plan
+from ..planfile import load_plan, plan_to_dict, save_plan
 from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, duration_table, simulate
 from ..timeline import Timeline
 from ..validate import ScheduleError, validate
-from . import _edits
+from . import _edits, autosave
 from .. import edits
 
 __all__ = ["Designer", "AUTOSAVE_FORMAT", "packed_timeline", "baseline_result"]
 
-AUTOSAVE_FORMAT = "flexpipe-designer-autosave/1"
+AUTOSAVE_FORMAT = autosave.AUTOSAVE_FORMAT
 
 
 def packed_timeline(schedule: Schedule, costs: StageCosts) -> Timeline:
@@ -425,17 +424,29 @@ class Designer(PanelBase, traitlets.HasTraits):
                          f" ({fmt_num(base[1])} → {fmt_num(m.makespan)})")
         return "<div style='font:13px sans-serif'>" + " · ".join(parts) + "</div>"
 
-    # -- autosave ---------------------------------------------------------------------------------
+    # -- autosave (file format, checks, claims and replay: widgets/autosave.py) -------------------
     def _autosave(self) -> None:
-        if self.autosave_path is None:
+        store = self._autosave_store()
+        if store is None:
             return
-        steps = [self._step_record(p) for p in self._history[1: self._pos + 1]]
-        doc = {"format": AUTOSAVE_FORMAT, "name": self.name, "saved": time.time(),
-               "base": plan_to_dict(self._base), "steps": steps, "plan": plan_to_dict(self.plan),
-               "valid": self.valid}
-        tmp = self.autosave_path.with_name(self.autosave_path.name + ".tmp")
-        tmp.write_text(json.dumps(doc, separators=(",", ":")))
-        tmp.replace(self.autosave_path)
+        records = [self._step_record(p) for p in self._history[1:]]   # redo entries too
+        doc = autosave.document(self.name, self._base, records, self._pos, self.plan, self.valid)
+        try:
+            note = store.write(doc)
+        except (OSError, ValueError) as e:
+            self.errors.append(f"autosave to {store.path} failed: {e}")
+            return
+        self.autosave_path = store.path
+        if note:
+            self._set_message(note)
+
+    def _autosave_store(self):
+        if self.autosave_path is None:
+            return None
+        store = self.__dict__.get("_store")
+        if store is None:
+            store = self.__dict__["_store"] = autosave.Autosave(self.autosave_path)
+        return store
 
     def _how(self, plan: Plan) -> str:
         """How the history reached ``plan`` (after the start): "reset" to the starting plan, an
@@ -452,32 +463,16 @@ class Designer(PanelBase, traitlets.HasTraits):
         return {"type": "reset"} if how == "reset" else {"type": "load", "plan": plan_to_dict(plan)}
 
     def _restore(self) -> str | None:
-        p = self.autosave_path
-        if p is None or not p.exists():
+        """Replay the autosave of the same starting plan; a corrupt one is set aside, never raised."""
+        store = self._autosave_store()
+        if store is None:
             return None
-        try:
-            doc = json.loads(p.read_text())
-            if doc.get("format") != AUTOSAVE_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}")
-            base = plan_from_dict(doc["base"], str(p))
-        except (ValueError, KeyError, OSError) as e:
-            return f"autosave {p} unreadable ({e}); starting fresh"
-        if base.schedule.order != self._base.schedule.order or base.schedule.placement != self._base.schedule.placement:
-            return (f"autosave {p} was made from another starting plan; not restored (the next edit "
-                    f"overwrites it; pass autosave=<other path> to keep it)")
-        plan = self._base
-        for sd in doc.get("steps", []):
-            if sd.get("type") == "reset":
-                plan = self._base
-            elif sd.get("type") == "load":
-                plan = plan_from_dict(sd["plan"], str(p))
-            else:
-                plan = plan.edit(_edits.step_from_dict(sd))
-            self._history.append(plan)
-        self._pos = len(self._history) - 1
-        self._set_plan(plan)
-        n = self._pos
-        return f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them)"
+        got = autosave.restore(store, self._base)
+        self.autosave_path = store.path if store.enabled else None
+        if got.history:
+            self._history, self._pos = got.history, got.pos
+            self._set_plan(got.history[got.pos])
+        return got.note
 
     # -- display ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
