@@ -75,11 +75,13 @@ def _train(args) -> int:
     name = plan.meta.get("name", args.plan or args.schedule)
     print(f"{name}: {plan.ranks} ranks, {plan.microbatches} microbatches, {plan.schedule.num_stages} stages, "
           f"{args.steps} steps on {args.devices} ({dtype})", flush=True)
-    h = launch(plan, model=spec, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
-               dtype=dtype, capture_grads=check, timeout=args.timeout,
-               timed=args.timed if args.timed else False)
+    from flexpipe_ui.progress import heartbeat
+    with heartbeat(f"starting {plan.ranks} worker processes"):
+        h = launch(plan, model=spec, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
+                   dtype=dtype, capture_grads=check, timeout=args.timeout,
+                   timed=args.timed if args.timed else False)
     try:
-        for ev in h.events():
+        for ev in _follow(h, plan.ranks):
             loss = "n/a" if ev.loss is None else f"{ev.loss:.6f}"
             print(f"step {ev.step} loss {loss} step_time {ev.step_time:.4f} s "
                   f"makespan {ev.timeline.makespan:.2f} ms", flush=True)
@@ -103,6 +105,33 @@ def _train(args) -> int:
         print(f"reference losses {' '.join(f'{x:.6f}' for x in ref.losses)}; max_loss_diff={ldiff:.3g}")
         print(f"max_grad_diff={diff:.3g}")
     return 0
+
+
+def _follow(h, world: int, every: float = 2.0):
+    """``h``'s step events; until the first arrives, a progress line on stderr every ``every`` seconds
+    (how many workers joined; workers import torch and meet in the process group first)."""
+    import time
+    t0 = last = time.monotonic()
+    seen = False
+    while True:
+        ev = h.poll(0.2)
+        if ev is not None:
+            seen = True
+            yield ev
+            continue
+        if h.done:
+            ev = h.poll(0.0)
+            while ev is not None:
+                yield ev
+                ev = h.poll(0.0)
+            break
+        now = time.monotonic()
+        if not seen and now - last >= every:
+            last = now
+            print(f"  workers ready {len(h.hosts)}/{world}, waiting for step 0... {now - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    if h.error is not None:
+        raise h.error
 
 
 def _profile(args) -> int:
