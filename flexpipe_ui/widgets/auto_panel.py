@@ -218,6 +218,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         # finished (budget, time or exhausted): the bar shows done, not the unused budget
         self.progress.max = max(1, self.evaluated)
         self.progress.value = self.progress.max
+        self.progress.description = f"{self.evaluated} evals"
         self.best_makespan = res.makespan
         seed = ""
         if res.best_seed is not None:

@@ -53,8 +53,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
     status = traitlets.Unicode("")
 
     def __init__(self, plan: Plan, problem: Problem | None = None, *, model: str = "demo-gpt",
-                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25,
-                 half_px: int = 480, **launch_kwargs):
+                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25, **launch_kwargs):
         super().__init__()
         import ipywidgets as w
         import plotly.graph_objects as go
@@ -86,13 +85,18 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.loss_fig = go.FigureWidget(
             data=[go.Scatter(x=[], y=[], mode="lines+markers", name="loss"),
                   go.Scatter(x=[], y=[], mode="lines+markers", name="step time", yaxis="y2")],
-            layout=dict(height=260, title="loss and step time", xaxis_title="step",
-                        yaxis=dict(title="loss"), yaxis2=dict(title="step time", overlaying="y", side="right"),
-                        margin=dict(l=50, r=50, t=40, b=30), legend=dict(orientation="h")))
-        # fixed widths: side by side in an HBox (plotly's default 700 px would be clipped)
-        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False, width=half_px)
+            layout=dict(height=280, title=dict(text="loss and step time", x=0.01, xanchor="left"),
+                        xaxis=dict(title="step", tickformat="d", dtick=1, rangemode="tozero"),
+                        yaxis=dict(title="loss"), yaxis2=dict(title="step time (s)", overlaying="y", side="right"),
+                        margin=dict(l=60, r=60, t=70, b=40),
+                        # the legend on its own band under the title, never over it
+                        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0)))
+        # predicted above measured, each as wide as the cell (side by side at a fixed width they were
+        # wider than the cell and their titles clipped); the same time range, set when measured
+        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False,
+                            unit_costs=problem is None)
         self.pred_fig = go.FigureWidget(pred)
-        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height, width=half_px,
+        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height,
                                                     title="measured: waiting for the first step",
                                                     margin=pred.layout.margin))
         self.out = w.Output()
@@ -101,7 +105,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
         self.widget = w.VBox([
             w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop]),
-            self.w_status, self.loss_fig, w.HBox([self.pred_fig, self.meas_fig]), self.out])
+            self.w_status, self.loss_fig, self.pred_fig, self.meas_fig, self.out])
         self._on_state(None)
 
     def start(self, *, wait: bool = False, timeout: float | None = None) -> None:
@@ -216,8 +220,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         # a speedup against the prediction only means something in the same unit (a profiled
         # problem, in ms); the uniform reference costs have no unit
         base = ("predicted", pred) if self.problem is not None else None
-        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured (ms), step {step}",
-                           width=self.pred_fig.layout.width)
+        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured, step {step}")
         span = max(pred, m.makespan)
         with self.meas_fig.batch_update():
             self.meas_fig.data = []
