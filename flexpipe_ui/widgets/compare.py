@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import traitlets
 
-from ._panel import PanelBase
+from ._panel import PanelBase, show_figure
 
 from ..ir import Plan, Schedule
 from ..problem import Problem, StageCosts
@@ -147,7 +147,8 @@ def comparison_table(entries: Sequence[Entry], baseline: int = 0,
 
 def compare_figure(entries: Sequence[Entry], baseline: int = 0, *, show_moves: bool = True,
                    widget: bool = False):
-    """All entries' Gantts stacked on one shared time axis (a FigureWidget if ``widget``)."""
+    """All entries' Gantts stacked on one shared time axis (a FigureWidget if ``widget``; the
+    ``Compare`` panel shows a plain figure through ``_panel.show_figure``)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -213,10 +214,12 @@ class Compare(PanelBase, traitlets.HasTraits):
             raise ValueError(f"baseline index {baseline} out of range 0..{len(names) - 1}")
         self.memory_limit = memory_limit if memory_limit is not None else (
             problem.memory_limit if problem is not None else None)
-        self.figure = compare_figure(self.entries, baseline, widget=True)
+        self.figure = compare_figure(self.entries, baseline)
+        """The chart (a plotly Figure), shown through ``chart``."""
+        self.chart = w.Output()
         self.table = w.HTML()
         self.out = w.Output()
-        self.widget = w.VBox([self.figure, self.table, self.out])
+        self.widget = w.VBox([self.chart, self.table, self.out])
         self.observe(self._on_baseline, names="baseline")
         self.baseline = baseline
         if baseline == 0:
@@ -226,11 +229,8 @@ class Compare(PanelBase, traitlets.HasTraits):
         try:
             b = change["new"]
             self.table.value = comparison_table(self.entries, b, self.memory_limit)
-            new = compare_figure(self.entries, b)
-            with self.figure.batch_update():
-                for tr, src in zip(self.figure.data, new.data):
-                    tr.marker.line = src.marker.line
-                self.figure.layout.annotations = new.layout.annotations
+            self.figure = compare_figure(self.entries, b)
+            show_figure(self.chart, self.figure)
         except Exception as e:  # noqa: BLE001 - surface callback errors in the widget
             self.out.append_stderr(f"{type(e).__name__}: {e}\n")
 

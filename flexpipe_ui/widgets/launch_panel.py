@@ -17,7 +17,7 @@ from typing import Any
 
 import traitlets
 
-from ._panel import PanelBase
+from ._panel import PanelBase, show_figure
 
 from ..ir import Plan
 from ..problem import Problem
@@ -82,7 +82,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.btn_start = w.Button(description="Start", icon="play", button_style="success")
         self.btn_stop = w.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
         self.w_status = w.HTML()
-        self.loss_fig = go.FigureWidget(
+        self.loss_fig = go.Figure(
             data=[go.Scatter(x=[], y=[], mode="lines+markers", name="loss"),
                   go.Scatter(x=[], y=[], mode="lines+markers", name="step time", yaxis="y2")],
             layout=dict(height=280, title=dict(text="loss and step time", x=0.01, xanchor="left"),
@@ -95,17 +95,22 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         # wider than the cell and their titles clipped); the same time range, set when measured
         pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False,
                             unit_costs=problem is None)
-        self.pred_fig = go.FigureWidget(pred)
-        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height,
+        self.pred_fig = pred
+        self.meas_fig = go.Figure(layout=dict(height=pred.layout.height,
                                                     title="measured: waiting for the first step",
                                                     margin=pred.layout.margin))
+        # the charts are plain plotly figures shown through Outputs (see _panel.show_figure)
+        self.loss_chart, self.pred_chart, self.meas_chart = w.Output(), w.Output(), w.Output()
         self.out = w.Output()
         self.btn_start.on_click(self._guard(lambda _b: self.start()))
         self.btn_stop.on_click(self._guard(lambda _b: self.stop()))
         self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
         self.widget = w.VBox([
             w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop]),
-            self.w_status, self.loss_fig, self.pred_fig, self.meas_fig, self.out])
+            self.w_status, self.loss_chart, self.pred_chart, self.meas_chart, self.out])
+        for out, fig in ((self.loss_chart, self.loss_fig), (self.pred_chart, self.pred_fig),
+                         (self.meas_chart, self.meas_fig)):
+            show_figure(out, fig)
         self._on_state(None)
 
     def start(self, *, wait: bool = False, timeout: float | None = None) -> None:
@@ -121,6 +126,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         with self.loss_fig.batch_update():
             for tr in self.loss_fig.data:
                 tr.x, tr.y = [], []
+        show_figure(self.loss_chart, self.loss_fig)
         self.status = f"launching {self.w_model.value} for {self.w_steps.value} steps on {self.w_devices.value}…"
         self.handle = launch(self.plan, model=self.w_model.value, steps=int(self.w_steps.value),
                              devices=self.w_devices.value, **self.launch_kwargs)
@@ -200,6 +206,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
             if st is not None:
                 tr = self.loss_fig.data[1]
                 tr.x, tr.y = tuple(tr.x or ()) + (step,), tuple(tr.y or ()) + (float(st),)
+        show_figure(self.loss_chart, self.loss_fig)
         self.step = int(step)
         if loss is not None:
             self.loss = float(loss)
@@ -222,12 +229,11 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         base = ("predicted", pred) if self.problem is not None else None
         fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=f"measured, step {step}")
         span = max(pred, m.makespan)
-        with self.meas_fig.batch_update():
-            self.meas_fig.data = []
-            self.meas_fig.add_traces(list(fig.data))
-            self.meas_fig.layout.update(fig.layout.to_plotly_json())
-            self.meas_fig.layout.xaxis.range = [0, span]
-        self.pred_fig.layout.xaxis.range = [0, span]
+        fig.update_xaxes(range=[0, span])
+        self.meas_fig = fig
+        self.pred_fig.update_xaxes(range=[0, span])
+        show_figure(self.meas_chart, self.meas_fig)
+        show_figure(self.pred_chart, self.pred_fig)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _on_state(self, change) -> None:
