@@ -198,7 +198,7 @@ def _label_mode(labels: bool | str, tl: Timeline, n: int) -> str:
     raise GanttError(f"labels must be True, False, 'auto', 'mb', 'action', 'stage' or 'none', got {labels!r}")
 
 
-def _memory_panels(fig, go, tl: Timeline, curves, memory_limit, webgl: bool, rows: int, mu: str) -> None:
+def _memory_panels(fig, go, tl: Timeline, curves, memory_limit, webgl: bool, mu: str) -> None:
     """One memory-over-time step curve per rank under the Gantt, with the cap dashed."""
     peak = max(max((float(v.max()) for _, v in curves), default=0.0), memory_limit or 0.0)
     low = min(min((float(v.min()) for _, v in curves), default=0.0), memory_limit or np.inf)
@@ -283,7 +283,7 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                            unit_costs=unit_costs):
         fig.add_trace(tr, row=1, col=1)
     if with_mem:
-        _memory_panels(fig, go, tl, curves, memory_limit, webgl, rows, mu)
+        _memory_panels(fig, go, tl, curves, memory_limit, webgl, mu)
     fig.update_xaxes(title_text=f"time{' (' + TIME_UNIT + ')' if tu else ' (unit costs)'}", row=rows, col=1)
     if show_overview:
         fig.update_xaxes(rangeslider=dict(visible=True, thickness=0.05), row=rows, col=1)
