@@ -89,6 +89,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self._last_draw = 0.0
         self._drawn_best = float("inf")
         self._spec: dict | None = None
+        self._drawn_plan = None
 
         names = [n for n, _ in list_presets()]
         self.w_preset = w.Dropdown(options=names, value=preset if preset in names else names[0],
@@ -265,7 +266,10 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         import plotly.io as pio
 
         from ..gantt import gantt_figure
-        if final and self._spec is not None and sim.makespan == self._drawn_best:
+        drawn = self._drawn_plan
+        same = (drawn is not None and plan.partition == drawn.partition
+                and plan.schedule.placement == drawn.schedule.placement and plan.schedule.order == drawn.schedule.order)
+        if final and self._spec is not None and same:
             # the live chart already shows this plan: only its title changes ("best so far" → "best")
             text = self.figure.layout.title.text.replace("best so far", "best", 1)
             self.figure.layout.title.text = text
@@ -277,7 +281,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
             self.figure = fig
             spec = json.loads(pio.to_json(fig, validate=False))
             spec["config"] = {"displaylogo": False, "responsive": True}
-        self._spec = spec
+        self._spec, self._drawn_plan = spec, plan
         fig = self.figure
         self.chart.outputs = ({"output_type": "display_data", "metadata": {},
                                "data": {"application/vnd.plotly.v1+json": spec,
