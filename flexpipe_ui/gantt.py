@@ -301,7 +301,8 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                    font_size=14),
         margin=dict(l=80, r=20, t=top_margin, b=40), plot_bgcolor="white",
         legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="left", x=0.0, font_size=11),
-        uniformtext=dict(minsize=7, mode="hide"), hoverlabel=dict(namelength=-1))
+        # a window: every bar in it gets its own label size (uniform sizing counts the slivers outside)
+        uniformtext=dict(minsize=7, mode=False if window is not None else "hide"), hoverlabel=dict(namelength=-1))
     fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False, tickformat=",~r")
     return fig
 
