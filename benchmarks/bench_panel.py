@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     problem = preset(args.preset, ranks=args.ranks, microbatches=args.microbatches)
     panel = AutoPanel(problem, time_limit=0, top=5)          # time 0: no time limit (same search)
-    opts = {k: v for k, v in panel.search_options().items() if k not in ("progress", "cancel")}
+    opts = {k: v for k, v in panel.search_options().items() if k not in ("progress", "stop")}
     auto_search(problem, **opts)                              # warm caches and imports for both
     t_auto, t_panel, same = [], [], True
     for _ in range(args.repeats):

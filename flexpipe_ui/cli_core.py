@@ -96,7 +96,8 @@ def _cmd_show(args) -> int:
     print()
     print(metrics_text(res.metrics, problem.memory_limit if problem else None))
     if args.html:
-        from .gantt import gantt_figure, save_html  # plotly only when asked for
+        from .export import save_html
+        from .gantt import gantt_figure  # plotly only when asked for
         fig = gantt_figure(res.timeline, res.costs, title=str(name), metrics=res.metrics,
                            memory_limit=problem.memory_limit if problem else None,
                            unit_costs=problem is None)

@@ -1,28 +1,20 @@
-"""Programmatic edits of a schedule and the replayable trace that prints a plan as Python.
+"""Programmatic edits of a schedule: the edit steps of a plan's replayable trace, and undo.
 
 An edit step is a frozen dataclass (``Move``, ``Swap``, ``Insert``, ``Remove``, ``PinBefore``);
 ``apply_edit(schedule, step)`` returns the edited schedule (not validated: the Designer shows the
 validator's verdict on it). ``plan.edit(step)`` records the step in ``plan.trace``, whose first
-element is the source step (``FromNamed``, ``FromProgram``, ``FromText``, ``FromFile``), so
-``replay(plan.trace)`` rebuilds the plan, ``undo(plan)`` drops the last step and
-``plan.to_python()`` prints the whole history as a script that binds ``plan``.
+element is the source step (``ir.FromText``, ``library.FromNamed``, ``dsl.program.FromProgram``,
+``planfile.FromFile``), so ``replay(plan.trace)`` rebuilds the plan, ``undo(plan)`` drops the last
+step and ``plan.to_python()`` prints the whole history as a script that binds ``plan``.
 """
 from __future__ import annotations
 
-import ast
-import json
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
-from .ir import ParseError, Plan, Schedule, parse_action
+from .ir import EditError, FromText, ParseError, Plan, Schedule, edit_plan, parse_action, replay, source_of
 
-__all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EditError", "apply_edit", "edit_plan",
-           "replay", "undo", "plan_to_python", "FromNamed", "FromProgram", "FromText", "FromFile",
-           "source_of"]
-
-
-class EditError(ValueError):
-    """An edit that does not fit the schedule (rank or index out of range, unknown action)."""
+__all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EDIT_STEPS", "EditError", "apply_edit", "edit_plan",
+           "replay", "undo", "FromText", "source_of"]
 
 
 def _row(s: Schedule, rank: int) -> list:
@@ -138,161 +130,19 @@ class PinBefore:
         return _with_row(s, ra, row)
 
 
-_EDITS = (Move, Swap, Insert, Remove, PinBefore)
+EDIT_STEPS = (Move, Swap, Insert, Remove, PinBefore)
 
 
 def apply_edit(schedule: Schedule, edit) -> Schedule:
     """The schedule with one edit applied (not validated)."""
-    if not isinstance(edit, _EDITS):
+    if not isinstance(edit, EDIT_STEPS):
         raise EditError(f"not an edit step: {edit!r} (use Move, Swap, Insert, Remove or PinBefore)")
     return edit.apply(schedule)
 
 
-# -- source steps ---------------------------------------------------------------------------------
-def _lit(x: Any) -> str:
-    """A Python literal for plain data (JSON-like); anything else goes through JSON first."""
-    text = repr(x)
-    try:
-        if ast.literal_eval(text) == x:
-            return text
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        pass
-    return repr(json.loads(json.dumps(x, default=str)))
-
-
-def _problem_py(problem) -> str:
-    return "None" if problem is None else f"Problem.from_dict({_lit(problem.to_dict())})"
-
-
-@dataclass(frozen=True)
-class FromNamed:
-    """``library.build_named(name, problem, ...)``."""
-
-    name: str
-    problem: Any = None
-    ranks: int | None = None
-    microbatches: int | None = None
-    chunks: int | None = None
-    partition: Any = "even"
-
-    def build(self) -> Plan:
-        from .library import build_named
-        return build_named(self.name, self.problem, ranks=self.ranks, microbatches=self.microbatches,
-                           chunks=self.chunks, partition=self.partition)
-
-    def python(self) -> tuple[list[str], str]:
-        imps = ["from flexpipe_ui.library import build_named"]
-        if self.problem is not None:
-            imps.append("from flexpipe_ui.problem import Problem")
-        return imps, (f"build_named({self.name!r}, {_problem_py(self.problem)}, ranks={self.ranks!r}, "
-                      f"microbatches={self.microbatches!r}, chunks={self.chunks!r}, "
-                      f"partition={self.partition!r})")
-
-
-@dataclass(frozen=True)
-class FromProgram:
-    """``Program(...).plan(...)``: a DSL program (kept as its source text)."""
-
-    program: str
-    ranks: int | None = None
-    microbatches: int | None = None
-    problem: Any = None
-    partition: Any = "even"
-
-    def build(self) -> Plan:
-        from .dsl import program_from_source
-        return program_from_source(self.program).plan(ranks=self.ranks, microbatches=self.microbatches,
-                                                      problem=self.problem, partition=self.partition)
-
-    def python(self) -> tuple[list[str], str]:
-        imps = ["from flexpipe_ui.dsl import *"]
-        if self.problem is not None:
-            imps.append("from flexpipe_ui.problem import Problem")
-        return imps, (f"{self.program}.plan(ranks={self.ranks!r}, microbatches={self.microbatches!r}, "
-                      f"problem={_problem_py(self.problem)}, partition={self.partition!r})")
-
-
-@dataclass(frozen=True)
-class FromText:
-    """A hand order: the rank grid text, placement, partition and metadata."""
-
-    text: str
-    microbatches: int
-    placement: tuple[int, ...]
-    partition: Any = None
-    meta: Any = None
-
-    def build(self) -> Plan:
-        s = Schedule.from_text(self.text, self.microbatches, self.placement)
-        return Plan(s, self.partition, dict(self.meta or {}), (self,))
-
-    def python(self) -> tuple[list[str], str]:
-        return (["from flexpipe_ui.ir import Plan, Schedule"],
-                f"Plan(Schedule.from_text({self.text!r}, {self.microbatches!r}, {tuple(self.placement)!r}), "
-                f"{self.partition!r}, {_lit(dict(self.meta or {}))})")
-
-
-@dataclass(frozen=True)
-class FromFile:
-    """``load_plan(path)``."""
-
-    path: str
-
-    def build(self) -> Plan:
-        from .planfile import load_plan
-        return replace(load_plan(self.path), trace=(self,))
-
-    def python(self) -> tuple[list[str], str]:
-        return ["from flexpipe_ui.planfile import load_plan"], f"load_plan({self.path!r})"
-
-
-_SOURCES = (FromNamed, FromProgram, FromText, FromFile)
-
-
-def source_of(plan: Plan):
-    """The plan's source step; a plan built without one gets its own text as the source."""
-    if plan.trace and isinstance(plan.trace[0], _SOURCES):
-        return plan.trace[0]
-    s = plan.schedule
-    return FromText(s.to_text(), s.microbatches, tuple(s.placement), plan.partition,
-                    json.loads(json.dumps(dict(plan.meta), default=str)))
-
-
-# -- the trace ---------------------------------------------------------------------------------
-def edit_plan(plan: Plan, step) -> Plan:
-    """``plan.edit(step)``: the edited plan, with the step appended to its trace."""
-    sched = apply_edit(plan.schedule, step)
-    trace = (plan.trace if plan.trace else (source_of(plan),)) + (step,)
-    n = sum(1 for t in trace if isinstance(t, _EDITS))
-    return replace(plan, schedule=sched, meta={**plan.meta, "edits": n}, trace=trace)
-
-
-def replay(trace) -> Plan:
-    """Rebuild a plan from its trace: the source step, then each edit."""
-    trace = tuple(trace)
-    if not trace or not isinstance(trace[0], _SOURCES):
-        raise EditError("a trace starts with a source step (FromNamed, FromProgram, FromText, FromFile)")
-    plan = trace[0].build()
-    for step in trace[1:]:
-        plan = edit_plan(plan, step)
-    return plan
-
-
+# -- the trace (recorded by ``Plan.edit``; the machinery lives in ``ir``) -------------------------
 def undo(plan: Plan) -> Plan:
     """The plan before its last edit (the plan itself when it has none)."""
     if len(plan.trace) <= 1:
         return plan
     return replay(plan.trace[:-1])
-
-
-def plan_to_python(plan: Plan) -> str:
-    """A script that binds ``plan`` to an equal plan: imports, the source step, the edits."""
-    src = source_of(plan)
-    imps, expr = src.python()
-    edits = [t for t in plan.trace[1:]] if plan.trace else []
-    kinds = sorted({type(e).__name__ for e in edits})
-    if kinds:
-        imps.append(f"from flexpipe_ui.edits import {', '.join(kinds)}")
-    lines = list(dict.fromkeys(imps)) + ["", f"plan = {expr}"]
-    lines += [f"plan = plan.edit({e!r})" for e in edits]
-    return "\n".join(lines) + "\n"

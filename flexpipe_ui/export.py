@@ -19,10 +19,10 @@ import numpy as np
 
 from .ir import Plan, Schedule
 from .problem import StageCosts
-from .timeline import Timeline
+from .timeline import Timeline, memory_at
 
 __all__ = ["ExportError", "save_html", "save_image", "image_backend", "chrome_trace",
-           "save_chrome_trace", "save_plan_json", "save_torch_csv", "export_figure"]
+           "save_chrome_trace", "save_plan_json", "save_torch_csv"]
 
 
 class ExportError(ValueError):
@@ -77,13 +77,6 @@ def save_image(fig, path, *, format: str | None = None, width: int | None = None
     return str(p)
 
 
-def export_figure(fig, path, **kw) -> str:
-    """HTML for ``.html``, an image otherwise."""
-    if Path(path).suffix.lower() in (".html", ".htm"):
-        return save_html(fig, path)
-    return save_image(fig, path, **kw)
-
-
 def chrome_trace(timeline: Any, costs: StageCosts | None = None, *, scale: float = 1000.0,
                  name: str = "flexpipe") -> dict:
     """Trace Event Format dict of a timeline (a ``Timeline`` or ``SimResult``).
@@ -108,7 +101,6 @@ def chrome_trace(timeline: Any, costs: StageCosts | None = None, *, scale: float
                        "ts": s * scale, "dur": max(0.0, (e - s) * scale),
                        "args": {"stage": a.stage, "microbatch": a.microbatch, "kind": a.kind.name}})
     if costs is not None and len(tl.actions):
-        from .gantt import memory_at
         _, curves = memory_at(tl, costs)
         for r, (times, vals) in enumerate(curves):
             for t, v in zip(times.tolist(), vals.tolist()):

@@ -18,9 +18,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .problem import StageCosts
-from .timeline import Metrics, Timeline, compute_metrics, memory_events
+from .timeline import Metrics, Timeline, compute_metrics, memory_at
 
-__all__ = ["gantt_figure", "fmt_num", "units", "TIME_UNIT", "MEM_UNIT", "UNIT_COSTS_TITLE", "gantt_traces", "WEBGL_LIMIT", "save_html", "gantt_title", "baseline_makespan", "idle_intervals",
+__all__ = ["gantt_figure", "fmt_num", "units", "TIME_UNIT", "MEM_UNIT", "UNIT_COSTS_TITLE", "gantt_traces",
+           "WEBGL_LIMIT", "gantt_title", "baseline_makespan", "idle_intervals",
            "memory_at", "GanttError", "LABEL_LIMIT"]
 
 LABEL_LIMIT = 4000
@@ -137,28 +138,6 @@ def idle_intervals(tl: Timeline, until: float | None = None) -> tuple[np.ndarray
     if not rs:
         return np.zeros(0, int), np.zeros(0), np.zeros(0)
     return np.concatenate(rs), np.concatenate(ss), np.concatenate(es)
-
-
-def memory_at(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-    """Memory of each action's rank just after the action started, and each rank's step curve."""
-    static = np.zeros(tl.ranks)
-    if tl.schedule is not None:
-        for s, r in enumerate(tl.schedule.placement):
-            if s < costs.num_stages and r < tl.ranks:
-                static[r] += costs.mem[s]
-    r_ev, t_ev, d_ev = memory_events(tl, costs)
-    curves = []
-    at = np.zeros(len(tl.actions))
-    for r in range(tl.ranks):
-        sel = r_ev == r
-        times = np.r_[0.0, t_ev[sel]]
-        vals = static[r] + np.r_[0.0, np.cumsum(d_ev[sel])]
-        curves.append((times, vals))
-        mine = tl.rank == r
-        if mine.any():
-            idx = np.searchsorted(times, tl.start[mine], side="right") - 1
-            at[mine] = vals[np.clip(idx, 0, len(vals) - 1)]
-    return at, curves
 
 
 def _step_xy(times: np.ndarray, vals: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:
@@ -435,8 +414,3 @@ def _webgl_traces(tl: Timeline, memory, *, idle, highlight, showlegend, legendgr
                                 line=dict(color="#ff0000", width=max(1.0, width * 0.35))))
     return out
 
-
-def save_html(fig, path) -> str:
-    """Write a standalone, offline HTML file (plotly.js inlined); returns the path."""
-    from .export import save_html as _save
-    return _save(fig, path)

@@ -59,7 +59,7 @@ def kind_ids(acts: tuple[Action, ...]) -> tuple[np.ndarray, list[Kind]]:
 
 def action_arrays(acts: tuple[Action, ...], schedule: Schedule | None = None):
     """(kind ids, kinds, stages) of an action tuple; reuses the schedule's cache when it is its own."""
-    flat = schedule.__dict__.get("_flat") if schedule is not None else None
+    flat = schedule.derived(_flat_arrays) if schedule is not None else None
     if flat is not None and flat[0] is acts:
         return flat[4], list(flat[1]), flat[5]
     kid, klist = kind_ids(acts)
@@ -67,10 +67,11 @@ def action_arrays(acts: tuple[Action, ...], schedule: Schedule | None = None):
 
 
 def _flatten(s: Schedule):
-    """Flat per-action arrays, cached on the (immutable) schedule."""
-    cached = s.__dict__.get("_flat")
-    if cached is not None:
-        return cached
+    """Flat per-action arrays, made once per (immutable) schedule."""
+    return s.derived(_flat_arrays, _flat_arrays)
+
+
+def _flat_arrays(s: Schedule):
     acts = tuple(a for row in s.order for a in row)
     n = len(acts)
     lens = [len(row) for row in s.order]
@@ -79,9 +80,7 @@ def _flatten(s: Schedule):
     kid, klist = kind_ids(acts)
     stage = np.array([a.stage for a in acts], dtype=np.int64)
     mb = np.array([a.microbatch for a in acts], dtype=np.int64)
-    out = (acts, tuple(klist), rank, pos, kid, stage, mb)
-    s.__dict__["_flat"] = out
-    return out
+    return (acts, tuple(klist), rank, pos, kid, stage, mb)
 
 
 def structure_problems(s: Schedule) -> list[Finding]:
@@ -123,12 +122,13 @@ def structure_problems(s: Schedule) -> list[Finding]:
                             + ", ".join(f"r{rank[i]}#{pos[i]}" for i in same) + ")",
                             cells(same), names(same[1:])))
     # completeness: one F and (B or I+W) per (stage, microbatch)
-    have = {name: np.zeros((S, M), bool) for name in ("F", "I", "W", "B")}
+    roles = ("forward", "backward_input", "backward_weight", "backward")   # F, I, W, B
+    have = {role: np.zeros((S, M), bool) for role in roles}
     for k, kind in enumerate(klist):
-        if kind.name in have:
+        if kind.builtin:
             sel = ok[kid[ok] == k]
-            have[kind.name][stage[sel], mb[sel]] = True
-    hf, hi, hw, hb = have["F"], have["I"], have["W"], have["B"]
+            have[kind.role][stage[sel], mb[sel]] = True
+    hf, hi, hw, hb = (have[role] for role in roles)
     miss: list[tuple[int, int, str]] = []
     for st, m in np.argwhere(~hf):
         miss.append((st, m, f"{st}F{m}"))
@@ -152,10 +152,11 @@ def structure_problems(s: Schedule) -> list[Finding]:
 
 
 def compile_schedule(s: Schedule) -> Graph:
-    """Flatten a structurally valid schedule and derive its dependency edges (cached per object)."""
-    g = s.__dict__.get("_graph")
-    if g is not None:
-        return g
+    """Flatten a structurally valid schedule and derive its dependency edges (made once per schedule)."""
+    return s.derived(_compile, _compile)
+
+
+def _compile(s: Schedule) -> Graph:
     acts, klist, rank, pos, kid, stage, mb = _flatten(s)
     n, S, M, K = len(acts), s.num_stages, s.microbatches, len(klist)
     table = np.full((K + 1, max(S, 1), max(M, 1)), -1, dtype=np.int64)  # row K: "absent"
@@ -201,10 +202,8 @@ def compile_schedule(s: Schedule) -> Graph:
         starts = np.r_[0, np.flatnonzero(np.diff(lane[o])) + 1]
         counts = np.diff(np.r_[starts, n])
         lane_pos[o] = np.arange(n) - np.repeat(starts, counts)
-    g = Graph(s, acts, klist, rank, stage, kid, mb, pos, lane, lane_pos, s.ranks * n_streams,
-              src, dst, tuple(missing))
-    s.__dict__["_graph"] = g  # Schedule is immutable, so the compiled form can be cached on it
-    return g
+    return Graph(s, acts, klist, rank, stage, kid, mb, pos, lane, lane_pos, s.ranks * n_streams,
+                 src, dst, tuple(missing))
 
 
 def wait_cycle(g: Graph) -> tuple[list[int], list[tuple[int, int]]] | None:

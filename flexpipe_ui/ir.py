@@ -5,20 +5,26 @@ parse back. Everything here is immutable; edits return new objects.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from .kinds import Kind, get_kind
+from .pysource import literal
 
-__all__ = ["Action", "Schedule", "Plan", "parse_action", "ParseError"]
+__all__ = ["Action", "Schedule", "Plan", "parse_action", "kind_names", "ParseError", "EditError", "FromText",
+           "edit_plan", "replay", "source_of", "plan_to_python"]
 
 _ACTION = re.compile(r"^\s*(\d+)([A-Z][A-Z_]*?)(\d+)\s*$")
 
 
 class ParseError(ValueError):
     """Action text that does not parse."""
+
+
+class EditError(ValueError):
+    """An edit that does not fit the schedule (rank or index out of range, unknown action)."""
 
 
 @dataclass(frozen=True, slots=True, order=False)
@@ -59,6 +65,11 @@ def parse_action(text: str, where: str = "") -> Action:
     return Action(int(m.group(1)), kind, int(m.group(3)))
 
 
+def kind_names(texts: Iterable[str]) -> set[str]:
+    """The kind names in action texts (``{"F", "R"}`` for ``["0F0", "0R0"]``); unparsable ones are skipped."""
+    return {m.group(2) for t in texts if (m := _ACTION.match(str(t)))}
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Per-rank execution orders of compute actions.
@@ -71,12 +82,25 @@ class Schedule:
     microbatches: int
     placement: tuple[int, ...]
     order: tuple[tuple[Action, ...], ...]
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Values derived from the schedule, each computed once (``derived``): flat arrays, the
+    dependency graph, positions, the validator's findings. Not part of the schedule's value."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", tuple(int(r) for r in self.placement))
         object.__setattr__(self, "order", tuple(tuple(row) for row in self.order))
         if len(self.order) != self.ranks:
             raise ValueError(f"schedule has {len(self.order)} rank orders but ranks={self.ranks}")
+
+    def derived(self, key: Hashable, make: Callable[["Schedule"], Any] | None = None) -> Any:
+        """The value derived under ``key``: ``make(self)`` on first use, then kept (a Schedule never
+        changes, so it never goes stale); None if it was never made and no ``make`` is given."""
+        if key in self._derived:
+            return self._derived[key]
+        if make is None:
+            return None
+        value = self._derived[key] = make(self)
+        return value
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -139,10 +163,10 @@ class Schedule:
     def num_actions(self) -> int:
         return sum(len(row) for row in self.order)
 
-    @cached_property
+    @property
     def position(self) -> dict[tuple[int, str, int], tuple[int, int]]:
         """(stage, kind, microbatch) → (rank, index); the last occurrence if duplicated."""
-        return {a.key: (r, i) for r, i, a in self.actions()}
+        return self.derived(Schedule.position, lambda s: {a.key: (r, i) for r, i, a in s.actions()})
 
     def kinds_used(self) -> set[str]:
         return {a.kind.name for row in self.order for a in row}
@@ -203,18 +227,85 @@ class Plan:
     def num_layers(self) -> int | None:
         return None if self.partition is None else sum(len(p) for p in self.partition)
 
-    def with_schedule(self, schedule: Schedule) -> "Plan":
-        return replace(self, schedule=schedule)
-
     def with_meta(self, **meta) -> "Plan":
         return replace(self, meta={**self.meta, **meta})
 
     def edit(self, step) -> "Plan":
         """Apply one edit step (``flexpipe_ui.edits.Move``/``Swap``/...) and record it in the trace."""
-        from .edits import edit_plan
         return edit_plan(self, step)
 
     def to_python(self) -> str:
         """Python source that, exec'd, binds ``plan`` to a plan equal to this one (source + edits)."""
-        from .edits import plan_to_python
         return plan_to_python(self)
+
+
+# -- the trace: a source step, then edit steps -------------------------------------------------
+# A source step (``FromText`` here, ``library.FromNamed``, ``dsl.program.FromProgram``,
+# ``planfile.FromFile``, each beside what it builds) has ``build() -> Plan`` and
+# ``python() -> (imports, expression)``; an edit step (``flexpipe_ui.edits``) has
+# ``apply(schedule) -> schedule`` and a ``repr`` that is its Python source.
+def _is_source(step) -> bool:
+    return callable(getattr(step, "build", None)) and callable(getattr(step, "python", None))
+
+
+@dataclass(frozen=True)
+class FromText:
+    """A hand order: the rank grid text, placement, partition and metadata."""
+
+    text: str
+    microbatches: int
+    placement: tuple[int, ...]
+    partition: object = None
+    meta: object = None
+
+    def build(self) -> Plan:
+        s = Schedule.from_text(self.text, self.microbatches, self.placement)
+        return Plan(s, self.partition, dict(self.meta or {}), (self,))
+
+    def python(self) -> tuple[list[str], str]:
+        return (["from flexpipe_ui.ir import Plan, Schedule"],
+                f"Plan(Schedule.from_text({self.text!r}, {self.microbatches!r}, {tuple(self.placement)!r}), "
+                f"{self.partition!r}, {literal(dict(self.meta or {}))})")
+
+
+def source_of(plan: Plan):
+    """The plan's source step; a plan built without one gets its own text as the source."""
+    if plan.trace and _is_source(plan.trace[0]):
+        return plan.trace[0]
+    s = plan.schedule
+    return FromText(s.to_text(), s.microbatches, tuple(s.placement), plan.partition,
+                    json.loads(json.dumps(dict(plan.meta), default=str)))
+
+
+def edit_plan(plan: Plan, step) -> Plan:
+    """``plan.edit(step)``: the edited plan, with the step appended to its trace."""
+    if not callable(getattr(step, "apply", None)):
+        raise EditError(f"not an edit step: {step!r} (use Move, Swap, Insert, Remove or PinBefore)")
+    sched = step.apply(plan.schedule)
+    trace = (plan.trace if plan.trace else (source_of(plan),)) + (step,)
+    return replace(plan, schedule=sched, meta={**plan.meta, "edits": len(trace) - 1}, trace=trace)
+
+
+def replay(trace) -> Plan:
+    """Rebuild a plan from its trace: the source step, then each edit."""
+    trace = tuple(trace)
+    if not trace or not _is_source(trace[0]):
+        raise EditError("a trace starts with a source step (FromNamed, FromProgram, FromText, FromFile)")
+    plan = trace[0].build()
+    for step in trace[1:]:
+        plan = edit_plan(plan, step)
+    return plan
+
+
+def plan_to_python(plan: Plan) -> str:
+    """A script that binds ``plan`` to an equal plan: imports, the source step, the edits."""
+    imps, expr = source_of(plan).python()
+    edits = list(plan.trace[1:]) if plan.trace else []
+    by_module: dict[str, set[str]] = {}
+    for e in edits:
+        by_module.setdefault(type(e).__module__, set()).add(type(e).__name__)
+    for mod, names in sorted(by_module.items()):
+        imps.append(f"from {mod} import {', '.join(sorted(names))}")
+    lines = list(dict.fromkeys(imps)) + ["", f"plan = {expr}"]
+    lines += [f"plan = plan.edit({e!r})" for e in edits]
+    return "\n".join(lines) + "\n"

@@ -9,12 +9,13 @@ is zero-bubble's ``FuncType`` and torch's ``_ComputationType``.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 __all__ = [
     "Dep", "Kind", "StageCost", "F", "I", "W", "B", "register_kind", "unregister_kind",
-    "get_kind", "kinds", "KindError",
+    "get_kind", "kinds", "KindError", "scoped_kinds", "ensure_registered",
 ]
 
 _NAME = re.compile(r"^[A-Z][A-Z_]*$")
@@ -129,13 +130,8 @@ B = Kind("B", "backward", lambda c: c.b + c.w,
 
 _BUILTIN = {k.name: k for k in (F, I, W, B)}
 
-
-def _registry() -> dict[str, Kind]:
-    # One registry per interpreter; re-registering a user kind replaces it, so re-running a
-    # notebook cell that defines a kind is harmless.
-    return _REGISTRY
-
-
+# One registry per interpreter; re-registering a user kind replaces it, so re-running a notebook
+# cell that defines a kind is harmless.
 _REGISTRY: dict[str, Kind] = dict(_BUILTIN)
 
 
@@ -148,34 +144,49 @@ def register_kind(kind: Kind) -> Kind:
     if kind.name.startswith(("SEND", "RECV", "REDUCE")) or kind.name == "OVERLAP_F_B":
         raise KindError(f"kind name {kind.name!r} is reserved for communication actions")
     for dep in kind.after:
-        unknown = set(dep.kinds) - set(_registry()) - {kind.name}
+        unknown = set(dep.kinds) - set(_REGISTRY) - {kind.name}
         if unknown:
             raise KindError(f"kind {kind.name!r} depends on unknown kinds {sorted(unknown)}")
-    _registry()[kind.name] = kind
+    _REGISTRY[kind.name] = kind
     return kind
 
 
 def unregister_kind(name: str) -> None:
     if name in _BUILTIN:
         raise KindError(f"kind {name!r} is built in")
-    _registry().pop(name, None)
+    _REGISTRY.pop(name, None)
 
 
 def get_kind(name: str) -> Kind:
-    reg = _registry()
-    if name not in reg:
-        # the example kinds shipped with the package (recompute R, offload OFF/LOAD) register on
-        # first use, so a plan file that names them loads in a fresh process
-        from .ops import register_known
-        register_known({name})
+    """The registered kind called ``name`` (a plan file's example kinds are registered by
+    ``planfile`` when it loads them; see ``ops.register_missing``)."""
     try:
-        return reg[name]
+        return _REGISTRY[name]
     except KeyError:
         raise KindError(
-            f"unknown kind {name!r}; known: {', '.join(sorted(_registry()))} "
+            f"unknown kind {name!r}; known: {', '.join(sorted(_REGISTRY))} "
             "(register new ones with flexpipe_ui.register_kind)") from None
 
 
 def kinds() -> dict[str, Kind]:
     """A copy of the registry, name → kind."""
-    return dict(_registry())
+    return dict(_REGISTRY)
+
+
+def ensure_registered(used: Iterable[Kind]) -> None:
+    """Register each of ``used`` whose name is not registered yet (a plan that carries its kinds,
+    e.g. the search's result, stays usable after the search's own registrations are undone)."""
+    for kind in used:
+        if kind.name not in _REGISTRY:
+            register_kind(kind)
+
+
+@contextmanager
+def scoped_kinds() -> Iterator[None]:
+    """Kinds registered or replaced inside the block are undone after it (the registry is restored)."""
+    saved = dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)

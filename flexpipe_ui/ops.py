@@ -4,7 +4,8 @@ A kind states its dependencies (``after``/``before``), its cost and its memory e
 validator, the simulator, the DSL's list scheduler and the Gantt read the same spec, so nothing
 else changes. Kinds with ``before`` run just in time: the scheduler starts them only when the
 action they precede waits for nothing else. Nothing is registered on import: call
-``register_recompute()`` / ``register_offload()`` (re-running either replaces the kind).
+``register_recompute()`` / ``register_offload()`` (re-running either replaces the kind); loading a
+plan file that names them registers them (``register_missing``, called by ``planfile``).
 
 - ``R`` recompute: F keeps no activation (``adjust`` makes F free it at its end); ``R`` re-runs the
   forward (cost F) right before the stage's backward and holds the activation until W/B frees it.
@@ -15,10 +16,10 @@ action they precede waits for nothing else. Nothing is registered on import: cal
 """
 from __future__ import annotations
 
-from .kinds import Dep, Kind, register_kind
+from .kinds import Dep, Kind, kinds, register_kind
 
-__all__ = ["register_recompute", "register_offload", "register_all", "register_known", "RECOMPUTE",
-           "OFFLOAD", "RELOAD"]
+__all__ = ["register_recompute", "register_offload", "register_all", "register_known",
+           "register_missing", "RECOMPUTE", "OFFLOAD", "RELOAD"]
 
 RECOMPUTE, OFFLOAD, RELOAD = "R", "OFF", "LOAD"
 
@@ -72,3 +73,9 @@ def register_known(names) -> list[str]:
         register_offload()
         done += [OFFLOAD, RELOAD]
     return done
+
+
+def register_missing(names) -> list[str]:
+    """Register the example kinds among ``names`` that are not registered yet (a user's own ``R``
+    stays); called where plans are loaded, so a plan file naming them loads in a fresh process."""
+    return register_known(set(names) - set(kinds()))

@@ -7,13 +7,15 @@ without a ``--problem``, instead of unit costs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .jsonio import read_json, write_json
-from .ir import Action, ParseError, Plan, Schedule, infer_placement, parse_action
+from .ir import ParseError, Plan, Schedule, infer_placement, kind_names, parse_action
+from .ops import register_missing
 
-__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT",
+__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile",
            "embed_problem", "embedded_problem"]
 
 PLAN_FORMAT = "flexpipe-plan/1"
@@ -75,6 +77,7 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
     extra = sorted(set(order_in) - {str(r) for r in range(ranks)})
     if extra:
         raise PlanFileError(f"{source}: 'order' has ranks {extra} outside 0..{ranks - 1}")
+    _register_example_kinds(order_in)
     order = []
     for r in range(ranks):
         row = order_in.get(str(r), [])
@@ -126,6 +129,12 @@ def plan_from_dict(d: Any, source: str = "plan") -> Plan:
         raise PlanFileError(f"{source}: {e}") from None
 
 
+def _register_example_kinds(order_in: dict) -> None:
+    """The example kinds a plan file names (recompute R, offload OFF/LOAD) register on load, so the
+    file parses in a fresh process; anything else unknown is reported by the parser."""
+    register_missing(kind_names(a for row in order_in.values() if isinstance(row, list) for a in row))
+
+
 def load_plan(path: str | Path) -> Plan:
     return plan_from_dict(read_json(path, PlanFileError, "plan file"), str(path))
 
@@ -144,7 +153,7 @@ def embed_problem(plan: Plan, problem: Any) -> Plan:
     s = plan.schedule
     if problem.ranks != s.ranks or problem.microbatches != s.microbatches:
         problem = problem.with_(ranks=s.ranks, microbatches=s.microbatches)
-    return Plan(s, plan.partition, {**plan.meta, "problem": problem.to_dict()})
+    return replace(plan, meta={**plan.meta, "problem": problem.to_dict()})
 
 
 def embedded_problem(plan: Plan, source: str = "plan") -> Any:
@@ -161,3 +170,16 @@ def embedded_problem(plan: Plan, source: str = "plan") -> Any:
         raise PlanFileError(f"{source}: meta.problem has {problem.num_layers} layers but the plan's stages "
                             f"cover {sum(len(p) for p in plan.partition)}")
     return problem
+
+
+@dataclass(frozen=True)
+class FromFile:
+    """Trace source step ``load_plan(path)``."""
+
+    path: str
+
+    def build(self) -> Plan:
+        return replace(load_plan(self.path), trace=(self,))
+
+    def python(self) -> tuple[list[str], str]:
+        return ["from flexpipe_ui.planfile import load_plan"], f"load_plan({self.path!r})"

@@ -83,7 +83,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     uniform reference costs (F = I = W = 1 per rank's share). ``comm`` overrides the latency.
     Raises ``ScheduleError`` (naming the actions) for an invalid schedule.
     """
-    from .validate import ScheduleError, deadlock_problem, static_problems
+    from .validate import ScheduleError, deadlock_problem, static_problems, validated
 
     sched = plan.schedule if isinstance(plan, Plan) else plan
     if isinstance(costs, Problem) or costs is None:
@@ -92,7 +92,8 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         costs = costs.with_comm(comm)
     if costs.num_stages != sched.num_stages:
         raise ValueError(f"costs are for {costs.num_stages} stages but the schedule has {sched.num_stages}")
-    if not sched.__dict__.get("_valid"):
+    trusted = validated(sched)
+    if not trusted:
         probs = static_problems(sched)
         if probs:
             raise ScheduleError("invalid schedule", probs, sched)
@@ -121,7 +122,6 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     cap = n + 2
     check_at = 8 * g.n_lanes + 64
     positive = bool(n == 0 or dur.min() > 0)
-    validated = bool(sched.__dict__.get("_valid"))
     rounds = 0
     while True:
         rounds += 1
@@ -133,13 +133,13 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         if np.array_equal(new_end, end):
             break
         end = new_end
-        if (rounds == check_at and not validated) or rounds > cap:
+        if (rounds == check_at and not trusted) or rounds > cap:
             d = deadlock_problem(g)
             if d is not None:
                 raise ScheduleError("invalid schedule", [d], sched)
             if rounds > cap:  # pragma: no cover - cannot happen on an acyclic graph
                 raise AssertionError("simulator did not converge on an acyclic schedule")
-    if not positive and not validated:
+    if not positive and not trusted:
         # zero-duration cycles can reach a fixpoint: ask the validator's Kahn pass
         d = deadlock_problem(g)
         if d is not None:

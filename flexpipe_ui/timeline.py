@@ -14,7 +14,7 @@ from .graph import action_arrays
 from .ir import Action, Schedule
 from .problem import StageCosts
 
-__all__ = ["Timeline", "Metrics", "compute_metrics", "memory_events"]
+__all__ = ["Timeline", "Metrics", "compute_metrics", "memory_events", "memory_at", "memory_curve"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,6 +164,29 @@ def compute_metrics(tl: Timeline, costs: StageCosts | None = None,
                    peak_memory=tuple(float(x) for x in peak),
                    peak_activation=tuple(float(x) for x in peak_act),
                    static_memory=tuple(float(x) for x in static_arr))
+
+
+def memory_at(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """Memory of each action's rank just after the action started, and each rank's step curve."""
+    static = np.zeros(tl.ranks)
+    if tl.schedule is not None:
+        for s, r in enumerate(tl.schedule.placement):
+            if s < costs.num_stages and r < tl.ranks:
+                static[r] += costs.mem[s]
+    r_ev, t_ev, d_ev = memory_events(tl, costs)
+    curves = []
+    at = np.zeros(len(tl.actions))
+    for r in range(tl.ranks):
+        sel = r_ev == r
+        times = np.r_[0.0, t_ev[sel]]
+        vals = static[r] + np.r_[0.0, np.cumsum(d_ev[sel])]
+        curves.append((times, vals))
+        mine = tl.rank == r
+        if mine.any():
+            idx = np.searchsorted(times, tl.start[mine], side="right") - 1
+            at[mine] = vals[np.clip(idx, 0, len(vals) - 1)]
+    return at, curves
+
 
 
 def memory_curve(tl: Timeline, costs: StageCosts, rank: int,

@@ -94,7 +94,7 @@ def import_torch_schedule(name: str, ranks: int, microbatches: int,
 
 def export_torch_csv(schedule: Schedule, path: str | Path) -> None:
     """Write the CSV that torch's ``_PipelineScheduleRuntime._load_csv`` reads: one row per rank."""
-    custom = sorted(schedule.kinds_used() - {"F", "I", "W", "B"})
+    custom = sorted({a.kind.name for _, _, a in schedule.actions() if not a.kind.builtin})
     if custom:
         raise TorchInteropError(f"torch's runtime has no kinds {custom}; export only F/I/W/B schedules")
     with open(path, "w", newline="") as fh:

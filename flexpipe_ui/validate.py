@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 from .graph import Graph, Finding, compile_schedule, structure_problems, wait_cycle
 from .ir import Schedule
 
-__all__ = ["ScheduleError", "validate", "check", "render_grid"]
+__all__ = ["ScheduleError", "validate", "validated", "valid_by_construction", "check", "render_grid"]
 
 
 class ScheduleError(ValueError):
@@ -109,14 +109,31 @@ def check(schedule: Schedule) -> list[Finding]:
     return [d] if d else []
 
 
+# The validator's findings are derived under a key only this module holds, so nothing else can
+# mark a schedule valid except through ``valid_by_construction``.
+_FINDINGS = object()
+
+
+def validated(schedule: Schedule) -> bool:
+    """True once ``validate`` accepted the schedule (or its builder vouched for it)."""
+    return schedule.derived(_FINDINGS) == []
+
+
+def valid_by_construction(schedule: Schedule) -> Schedule:
+    """For builders whose construction is a feasible execution (the DSL's list scheduler ran every
+    action after its dependencies, in lane order): ``validate`` and ``simulate`` skip their scans.
+    Structure (ranges, placement, completeness) is still checked: with a structural problem the
+    schedule is left to ``validate`` to explain."""
+    if not structure_problems(schedule):
+        schedule.derived(_FINDINGS, lambda s: [])
+    return schedule
+
+
 def validate(schedule: Schedule) -> Schedule:
     """Return the schedule if valid, else raise ``ScheduleError`` naming the offending actions."""
-    if schedule.__dict__.get("_valid"):
-        return schedule
-    probs = check(schedule)
+    probs = schedule.derived(_FINDINGS, check)
     if probs:
         n = len(probs)
         raise ScheduleError(f"invalid schedule ({schedule.ranks} ranks, {schedule.microbatches} "
                             f"microbatches): {n} problem{'s' if n > 1 else ''}", probs, schedule)
-    schedule.__dict__["_valid"] = True  # immutable, so the verdict can be cached on it
     return schedule

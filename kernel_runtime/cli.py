@@ -15,11 +15,8 @@ __all__ = ["register", "schedule_plan"]
 def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunks: int | None = None):
     """A named schedule as a Plan with an even partition: the library's, else torch's importer."""
     from flexpipe_ui.ir import Plan
+    from flexpipe_ui.library import NAMED, build_named
     from flexpipe_ui.problem import even_partition
-    try:
-        from flexpipe_ui.library import NAMED, build_named
-    except ImportError:
-        NAMED = {}
     if name in NAMED:
         plan = build_named(name, None, ranks=ranks, microbatches=microbatches, chunks=chunks)
         sched = plan.schedule

@@ -3,7 +3,8 @@
 F receives its input (or takes the data / the previous local stage's output), runs the stage and
 keeps what the backward needs, then sends its output. I computes input gradients only and sends
 them upstream; W computes weight gradients from what I recorded and frees the microbatch; B does
-both. User kinds run through ``HANDLERS``; shipped: recompute ``R`` (F keeps only its input and
+both. Actions run through a handler registry (kind name → ``fn(executor, action, state)``) given
+to the executor: ``DEFAULT_HANDLERS``, plus a launch's ``LaunchConfig.handlers``; shipped: recompute ``R`` (F keeps only its input and
 the RNG state, R re-runs it with autograd) and offload/reload ``OFF``/``LOAD`` (F's saved tensors
 go to pinned host memory on a side CUDA stream and come back before the backward; a no-op on
 CPU, where they already are in host memory). Gradients accumulate over
@@ -12,19 +13,20 @@ microbatches with the loss scaled by 1/M, so the step's gradient is that of the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import torch
 from torch import nn
 
 from flexpipe_ui.ir import Action, Plan
 
-from .commplan import CommPlan, Message
+from flexpipe_ui.passes.comm import CommPlan, Message
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 
-__all__ = ["RankExecutor", "ActionError", "HANDLERS", "register_handler", "StepRecord", "stage_forward"]
+__all__ = ["RankExecutor", "ActionError", "DEFAULT_HANDLERS", "StepRecord", "stage_forward"]
 
 
 class ActionError(RuntimeError):
@@ -207,13 +209,10 @@ def _wait_copy(st: MBState) -> None:
         st.copy_done = None
 
 
-HANDLERS: dict[str, Callable] = {"F": _forward, "I": _backward_input, "W": _backward_weight,
-                                 "B": _backward_full, "R": _recompute, "OFF": _offload, "LOAD": _reload}
-
-
-def register_handler(kind: str, fn: Callable) -> None:
-    """Run ``fn(executor, action, state)`` for actions of a user kind (register the kind too)."""
-    HANDLERS[kind] = fn
+DEFAULT_HANDLERS: Mapping[str, Callable] = MappingProxyType({
+    "F": _forward, "I": _backward_input, "W": _backward_weight, "B": _backward_full,
+    "R": _recompute, "OFF": _offload, "LOAD": _reload})
+"""The runtime's own handlers (read-only); a launch adds its ``LaunchConfig.handlers`` on top."""
 
 
 # -- the executor ---------------------------------------------------------------------------------
@@ -222,7 +221,9 @@ class RankExecutor:
 
     def __init__(self, plan: Plan, rank: int, layers: dict[int, list[nn.Module]], loss_fn,
                  comm: CommPlan, shapes: dict, device: torch.device, groups: ChannelGroups,
-                 timeout: float, timer=None, progress: Callable[[int], None] | None = None):
+                 timeout: float, timer=None, progress: Callable[[int], None] | None = None,
+                 handlers: Mapping[str, Callable] = DEFAULT_HANDLERS):
+        self.handlers = handlers
         self.plan, self.rank, self.layers, self.loss_fn = plan, rank, layers, loss_fn
         sched = plan.schedule
         self.S, self.M, self.place = sched.num_stages, sched.microbatches, sched.placement
@@ -321,7 +322,7 @@ class RankExecutor:
                     self.got[(msg.what, msg.stage, msg.microbatch)] = self.transport.receive(msg, text)
                 st = self.state.setdefault((a.stage, a.microbatch), MBState())
                 start = timer.mark()
-                HANDLERS[a.kind.name](self, a, st)
+                self.handlers[a.kind.name](self, a, st)
                 end = timer.mark()
                 self.transport.flush()
             except Exception as e:

@@ -15,12 +15,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from flexpipe_ui.ir import Plan, Schedule
 from flexpipe_ui.planfile import load_plan, plan_to_dict
 from flexpipe_ui.timeline import Timeline
 from flexpipe_ui.validate import validate
+
+from .config import LaunchConfig, config_with
 
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "prepare_plans"]
 
@@ -67,8 +69,9 @@ def _as_plan(p) -> Plan:
     raise PlanRefused(f"plan must be a Plan, Schedule or path to a flexpipe-plan/1 file, not {type(p).__name__}")
 
 
-def prepare_plans(plan, spec_layers: int | None) -> list[Plan]:
-    """Validate plans and check them against the model's layer count; raise ``PlanRefused``."""
+def prepare_plans(plan, spec_layers: int | None, handlers: Mapping[str, Callable] | None = None) -> list[Plan]:
+    """Validate plans and check them against the model's layer count and the kinds the runtime
+    can execute (``executor.DEFAULT_HANDLERS`` and ``handlers``); raise ``PlanRefused``."""
     from flexpipe_ui.problem import even_partition
     plans = [_as_plan(p) for p in (plan if isinstance(plan, (list, tuple)) else [plan])]
     if not plans:
@@ -80,11 +83,11 @@ def prepare_plans(plan, spec_layers: int | None) -> list[Plan]:
             validate(p.schedule)
         except ValueError as e:
             raise PlanRefused(f"{name} fails validation, nothing was started:\n{e}") from None
-        from .executor import HANDLERS
-        unknown = sorted(p.schedule.kinds_used() - set(HANDLERS))
+        from .executor import DEFAULT_HANDLERS
+        unknown = sorted(p.schedule.kinds_used() - set(DEFAULT_HANDLERS) - set(handlers or {}))
         if unknown:
-            raise PlanRefused(f"{name} uses kinds {unknown} that the runtime cannot execute; register a "
-                              "handler with kernel_runtime.register_handler(kind, fn)")
+            raise PlanRefused(f"{name} uses kinds {unknown} that the runtime cannot execute; give a "
+                              "handler: launch(..., handlers={kind: fn})")
         if p.partition is None and spec_layers is not None:
             if spec_layers < p.schedule.num_stages:
                 raise PlanRefused(f"{name} has {p.schedule.num_stages} stages but the model has only "
@@ -330,49 +333,49 @@ def _root_cause(errors: list[dict]) -> WorkerError:
     return WorkerError(pick["rank"], text, pick["action"], pick["step"], pick["traceback"], kind)
 
 
-def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_fn=None,
-           lr: float = 0.01, optimizer: str = "sgd", seed: int = 0, timed=False, timeout: float = 60.0,
-           dtype="float32", capture_grads: bool = False, threads: int | None = None,
-           _fault: dict | None = None) -> RunHandle:
+def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, **fields) -> RunHandle:
     """Start the workers for ``plan`` (a Plan, Schedule, plan file, or a list of them run in turn)
     and return at once with a ``RunHandle``.
 
     ``model``: None/"demo-gpt", a ``ModelSpec``, an ``nn.Sequential``/list of layers (with
     ``loss_fn``) or a picklable factory returning one. ``data``: None (synthetic), ``(x, y)``, a
-    list of them, or a picklable ``step -> (x, y)``. ``devices``: "cpu" (gloo), "cuda" (NCCL, one
-    GPU per rank) or an int (that many CUDA devices). ``timed``: True / ms / a Problem runs the
-    sleeping model instead (durations in ms). ``dtype``: "float32" or "float64" (or a torch dtype).
+    list of them, or a picklable ``step -> (x, y)``. ``config``: a ``LaunchConfig`` (steps,
+    devices, optimizer, timing, handlers, ...); keyword ``fields`` override its fields by name.
     """
+    cfg = config_with(config, **fields)
     import torch
     import torch.multiprocessing as tmp
 
     from .models import as_spec
 
-    if steps < 1:
-        raise PlanRefused(f"steps must be >= 1, got {steps}")
+    if cfg.steps < 1:
+        raise PlanRefused(f"steps must be >= 1, got {cfg.steps}")
     probe = [_as_plan(p) for p in (plan if isinstance(plan, (list, tuple)) else [plan])]
     n_layers = probe[0].num_layers or None
+    timed = cfg.timed
     if n_layers is None and model in (None, "demo-gpt") and timed in (False, None):
         n_layers = max(6, probe[0].schedule.num_stages)
     if timed is not False and timed is not None:
         spec = as_spec(None, None, num_layers=n_layers or probe[0].schedule.num_stages, timed=timed)
     else:
-        spec = as_spec(model, loss_fn, num_layers=n_layers)
-    plans = prepare_plans(probe, spec.num_layers)
+        spec = as_spec(model, cfg.loss_fn, num_layers=n_layers)
+    plans = prepare_plans(probe, spec.num_layers, cfg.handlers)
     world = plans[0].ranks
-    dev, backend = _devices(devices, world)
+    dev, backend = _devices(cfg.devices, world)
+    dtype = cfg.dtype
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")
     from .worker import Job, Task, kind_fields
-    from flexpipe_ui.kinds import get_kind
-    user_kinds = sorted({k for p in plans for k in p.schedule.kinds_used()} - {"F", "I", "W", "B"})
+    # the plans carry their kinds: a user kind need not be registered in this process
+    user_kinds = {a.kind.name: a.kind for p in plans for _, _, a in p.schedule.actions() if not a.kind.builtin}
+    threads = cfg.threads
     if threads is None and dev == "cpu":
         threads = max(1, (os.cpu_count() or 1) // world)
-    job = Job(tasks=[Task(plan_to_dict(p), steps, capture_grads) for p in plans], world=world,
-              model=model, loss_fn=loss_fn, data=data, timed=timed, device=dev, backend=backend,
-              dtype=dtype, lr=lr, optimizer=optimizer, seed=seed, timeout=timeout, threads=threads,
-              master_port=_free_port(), fault=_fault or {},
-              kinds=[kind_fields(get_kind(k)) for k in user_kinds])
+    job = Job(tasks=[Task(plan_to_dict(p), cfg.steps, cfg.capture_grads) for p in plans], world=world,
+              model=model, loss_fn=cfg.loss_fn, data=data, timed=timed, device=dev, backend=backend,
+              dtype=dtype, lr=cfg.lr, optimizer=cfg.optimizer, seed=cfg.seed, timeout=cfg.timeout,
+              threads=threads, master_port=_free_port(), handlers=dict(cfg.handlers),
+              kinds=[kind_fields(user_kinds[k]) for k in sorted(user_kinds)])
     _check_sendable(job)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
@@ -389,7 +392,7 @@ def launch(plan, *, model=None, data=None, steps: int = 1, devices="cpu", loss_f
         for p in procs:
             p.kill()
         raise
-    return RunHandle(plans, procs, q, progress, world, steps)
+    return RunHandle(plans, procs, q, progress, world, cfg.steps)
 
 
 def _check_sendable(job) -> None:

@@ -50,7 +50,7 @@ def _worker(rank: int, world: int, port: int, plan_dict: dict, spec, reps: int, 
 
     from flexpipe_ui.planfile import plan_from_dict
 
-    from .commplan import derive_comm
+    from flexpipe_ui.passes import derive_comm
     from .data import get_batch, split_microbatches
     from .executor import CpuTimer, RankExecutor
     from .transport import ChannelGroups

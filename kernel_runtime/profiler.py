@@ -163,7 +163,7 @@ def _comm_estimate(tl: Timeline, plan: Plan) -> list[float]:
         k = str(a)
         r, s, e = when[k]
         dep = None
-        if a.kind.name == "F" and a.stage > 0 and place[a.stage - 1] != r:
+        if a.kind.is_forward and a.stage > 0 and place[a.stage - 1] != r:
             dep = f"{a.stage - 1}F{a.microbatch}"
         elif a.kind.computes_input_grad and a.stage + 1 < sched.num_stages and place[a.stage + 1] != r:
             dep = next((d for d in (f"{a.stage + 1}I{a.microbatch}", f"{a.stage + 1}B{a.microbatch}")

@@ -1,7 +1,7 @@
 """Point-to-point transport for one rank: batched isend/irecv posted in channel order, with timeouts.
 
 Receives for each inbound channel are posted ``window`` messages ahead, in the sender's order (the
-order ``commplan`` numbered them), so NCCL's order matching and gloo's tag matching agree. Sends are
+order ``flexpipe_ui.passes.comm`` numbered them), so NCCL's order matching and gloo's tag matching agree. Sends are
 posted and not waited for until the end of the step, so a rank never blocks on its own sends. On
 NCCL every directed channel gets its own two-rank process group (its own communicator and stream),
 so a send queued towards a peer can never sit in front of a receive from that peer.
@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .commplan import Message, RankComm
+from flexpipe_ui.passes.comm import Message, RankComm
 
 __all__ = ["Transport", "CommError", "ChannelGroups"]
 

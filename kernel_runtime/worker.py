@@ -50,7 +50,7 @@ class Job:
     threads: int | None = None
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
-    fault: dict = field(default_factory=dict)   # test hook: {"rank": r, "action": "1F2", "kind": ...}
+    handlers: dict = field(default_factory=dict)  # kind → handler, on top of executor.DEFAULT_HANDLERS
     kinds: list = field(default_factory=list)   # user kinds of the plans, as picklable fields
 
 
@@ -153,31 +153,6 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype):
 _DTYPES = ["torch.float32", "torch.float64", "torch.bfloat16", "torch.float16"]
 
 
-def _apply_fault(job: Job, rank: int, spec):
-    """Test hook: make one rank fail inside one action (raise, die, or run out of memory)."""
-    f = job.fault
-    if not f or f.get("rank") != rank:
-        return
-    from . import executor as ex
-    target, kind = f.get("action"), f.get("kind", "raise")
-    for name in ("F", "I", "W", "B"):
-        orig = ex.HANDLERS[name]
-
-        def wrapped(e, a, st, orig=orig):
-            if str(a) == target:
-                if kind == "raise":
-                    raise RuntimeError(f"injected failure in {a}")
-                if kind == "kill":
-                    os.kill(os.getpid(), 9)
-                if kind == "oom":
-                    import torch
-                    torch.empty(1 << 50, dtype=torch.uint8)    # 1 PiB: the allocator refuses
-                if kind == "hang":
-                    time.sleep(3600)
-            return orig(e, a, st)
-        ex.HANDLERS[name] = wrapped
-
-
 def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | None = None) -> None:
     """Join the group, run every task, report; raises on failure (the caller reports it)."""
     import numpy as np
@@ -187,9 +162,9 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
 
     from flexpipe_ui.planfile import plan_from_dict
 
-    from .commplan import derive_comm
+    from flexpipe_ui.passes import derive_comm
     from .data import get_batch, make_optimizer, split_microbatches
-    from .executor import CpuTimer, CudaTimer, RankExecutor
+    from .executor import DEFAULT_HANDLERS, CpuTimer, CudaTimer, RankExecutor
     from .models import as_spec
     from .transport import ChannelGroups
 
@@ -207,7 +182,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     plans = [plan_from_dict(t.plan) for t in job.tasks]
     spec = as_spec(job.model, job.loss_fn, num_layers=plans[0].num_layers or plans[0].schedule.num_stages,
                    timed=job.timed)
-    _apply_fault(job, rank, spec)
+    handlers = {**DEFAULT_HANDLERS, **job.handlers}
     report({"type": "ready", "rank": rank, "host": os.uname().nodename, "pid": os.getpid()})
     for ti, (task, plan) in enumerate(zip(job.tasks, plans)):
         sched = plan.schedule
@@ -232,7 +207,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
         shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype)
         prog = (lambda pos, ti=ti: progress(ti, -1, pos)) if progress else None
         ex = RankExecutor(plan, rank, layers, spec.loss_fn, comm, shapes, device, groups, job.timeout,
-                          timer, None)
+                          timer, None, handlers)
         for step in range(task.steps):
             inputs, targets = first if step == 0 else mb(step)
             if progress:

@@ -119,10 +119,10 @@ def test_progress_events_and_cancel():
         if len(seen) == 5:
             cancel.set()
 
-    res = auto_search(problem, progress=stop_after_five, cancel=cancel)
+    res = auto_search(problem, progress=stop_after_five, stop=cancel.is_set)
     assert res.stats["stopped"] == "cancelled" and res.stats["evaluated"] == 5
     with pytest.raises(SearchCancelled):
-        auto_search(problem, should_stop=lambda: True)
+        auto_search(problem, stop=lambda: True)
 
 
 def test_top_k_meta_and_plan_file(tmp_path):

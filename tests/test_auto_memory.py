@@ -7,7 +7,7 @@ import pytest
 from flexpipe_ui.dsl import Program, Rules, RulesError, looped, vshape
 from flexpipe_ui.ops import register_recompute
 from flexpipe_ui.problem import Layer, Problem
-from flexpipe_ui.search import auto_search, driver
+from flexpipe_ui.search import auto_search, state
 from flexpipe_ui.search import space as sp
 from flexpipe_ui.search.bounds import memory_time_bound, time_bounds
 from flexpipe_ui.sim import simulate
@@ -69,7 +69,7 @@ def test_pruning_by_the_memory_bound_keeps_the_answer(monkeypatch):
     tight = Problem(ranks=4, microbatches=8, comm=prob.comm, layers=prob.layers,
                     memory_limit=free.candidates[0][1].metrics.max_peak_memory * 0.3)
     pruned = auto_search(tight, max_evals=120)
-    monkeypatch.setattr(driver, "memory_time_bound", lambda *a, **k: 0.0)
+    monkeypatch.setattr(state, "memory_time_bound", lambda *a, **k: 0.0)
     plain = auto_search(tight, max_evals=120)
     assert pruned.makespan <= plain.makespan * (1 + 1e-9)
     assert pruned.stats["evaluated"] < plain.stats["evaluated"]
@@ -89,3 +89,22 @@ def test_capped_dsl_candidates_never_land_over_memory():
         except RulesError:
             continue
         assert simulate(plan, prob).metrics.max_peak_memory <= prob.memory_limit * (1 + 1e-9), c.description
+
+
+def test_the_search_leaves_no_global_state_behind():
+    """The GC stays on, and the recompute kind the search tries under a cap stays registered only
+    when a returned plan uses it."""
+    import gc
+
+    from flexpipe_ui.kinds import kinds, scoped_kinds, unregister_kind
+    rng = random.Random(5)
+    prob = _problem(4, 8, 10, rng)
+    free = auto_search(prob, max_evals=40)
+    with scoped_kinds():
+        for frac in (0.3, 0.9):
+            unregister_kind("R")
+            capped = Problem(ranks=4, microbatches=8, comm=prob.comm, layers=prob.layers,
+                             memory_limit=free.candidates[0][1].metrics.max_peak_memory * frac)
+            res = auto_search(capped, max_evals=80, top=3)
+            used = {a.kind.name for p, _, _ in res.candidates for _, _, a in p.schedule.actions()}
+            assert ("R" in kinds()) == ("R" in used) and gc.isenabled()

@@ -118,7 +118,7 @@ def test_scheduler_times_are_the_simulators(prog):
                    layers=tuple(Layer(f=1 + (i % 3) * 0.5, b=2.0, w=0.7, act=1.0) for i in range(12)))
     plan = prog.plan(problem=prob)
     tl = simulate(plan, prob).timeline
-    mine = plan.schedule.__dict__["_list_starts"]
+    mine = plan.schedule.derived("list_starts")
     for r in range(4):
         assert np.allclose(tl.start[tl.rank == r], mine[r])
 

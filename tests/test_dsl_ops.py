@@ -105,3 +105,28 @@ def test_register_known():
     from flexpipe_ui.ops import register_known
     assert register_known({"F", "R", "LOAD"}) == ["R", "OFF", "LOAD"]
     assert register_known({"F"}) == []
+
+
+def test_a_lookup_does_not_register_but_loading_a_plan_does():
+    """In a fresh process ``get_kind("R")`` is unknown; a plan file naming R loads (and registers R);
+    a kind registered inside ``scoped_kinds`` is gone after it."""
+    import subprocess
+    import sys
+    code = """
+import pytest
+from flexpipe_ui.kinds import KindError, get_kind, kinds, scoped_kinds
+from flexpipe_ui.ops import register_offload
+from flexpipe_ui.planfile import plan_from_dict
+with pytest.raises(KindError):
+    get_kind("R")
+with scoped_kinds():
+    register_offload()
+    assert "OFF" in kinds()
+assert "OFF" not in kinds()
+plan = plan_from_dict({"format": "flexpipe-plan/1", "ranks": 1, "microbatches": 1,
+                       "order": {"0": ["0F0", "0R0", "0B0"]}})
+assert get_kind("R") is plan.schedule.order[0][1].kind
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

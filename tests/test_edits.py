@@ -2,11 +2,11 @@
 import pytest
 
 from flexpipe_ui.dsl import Program, Rules, vshape
-from flexpipe_ui.edits import (EditError, FromFile, FromText, Insert, Move, PinBefore, Remove, Swap,
+from flexpipe_ui.edits import (EditError, FromText, Insert, Move, PinBefore, Remove, Swap,
                                apply_edit, replay, undo)
 from flexpipe_ui.ir import Plan, Schedule
 from flexpipe_ui.library import build_named
-from flexpipe_ui.planfile import load_plan, save_plan
+from flexpipe_ui.planfile import FromFile, load_plan, save_plan
 from flexpipe_ui.problem import Layer, Problem
 from flexpipe_ui.validate import ScheduleError, validate
 

@@ -67,3 +67,17 @@ def test_plan_partition_must_match_stages():
     Plan(s, ((0, 1), (2,)))
     with pytest.raises(ValueError):
         Plan(s, ((0, 1, 2),))
+
+
+def test_derived_values_are_declared_and_not_part_of_the_value():
+    from dataclasses import replace
+    from flexpipe_ui.graph import compile_schedule
+    from flexpipe_ui.validate import validate, validated
+    s = Schedule.from_text("r0: 0F0 0B0\nr1: 1F0 1B0")
+    t = Schedule.from_text("r0: 0F0 0B0\nr1: 1F0 1B0")
+    assert not validated(s) and "_derived" not in repr(s)
+    g = compile_schedule(s)
+    assert validate(s) is s and validated(s) and compile_schedule(s) is g
+    assert s == t and hash(s) == hash(t) and not validated(t)      # the verdict is not the value
+    assert not validated(replace(s, order=s.order))                 # a new schedule starts afresh
+    assert s.position[(1, "B", 0)] == (1, 1)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flexpipe_ui.edits import FromNamed
+from flexpipe_ui.library import FromNamed
 from flexpipe_ui.ir import Schedule
 from flexpipe_ui.library import NAMED, LibraryError, build_named, list_named
 from flexpipe_ui.planfile import plan_from_dict, plan_to_dict

@@ -193,3 +193,24 @@ def test_compare_table_and_moves():
     assert "speedup vs ZB-V" in cmp.table.value
     with pytest.raises(ValueError, match="at least two"):
         Compare([("one", a)])
+
+
+def test_one_history_edits_reset_and_load_survive_a_restart(zbv, tmp_path, monkeypatch):
+    """The edits live in the plans' traces (undoing an edit gives ``edits.undo`` of the plan);
+    a reset and a loaded file are history entries too, and all of them replay from the autosave."""
+    from flexpipe_ui.edits import undo
+    monkeypatch.chdir(tmp_path)
+    d = Designer(zbv, name="h", baseline=None)
+    d.move("0F1", 0)
+    assert undo(d.plan) == d.history[-2]
+    d.path_box.value = str(tmp_path / "one.plan.json")
+    d.save()
+    d.reset()
+    assert d.plan is d.history[0] and "reset" in d.message
+    d.load()
+    d.move("1F2", 0)
+    orders = [p.schedule.order for p in d.history]
+    d2 = Designer(zbv, name="h", baseline=None)
+    assert [p.schedule.order for p in d2.history] == orders and "restored 4 edits" in d2.message
+    d2.undo()
+    assert d2.plan.schedule.order == d.history[-2].schedule.order and "load" in d2.message

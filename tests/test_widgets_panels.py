@@ -2,8 +2,10 @@
 
 The launch tests start real worker processes (2 ranks, gloo on CPU): a few seconds each.
 """
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,7 +103,9 @@ def test_launch_panel_trains_and_draws_measured():
 @pytest.mark.timeout(180)
 def test_launch_panel_shows_worker_errors():
     plan = Plan(import_torch_schedule("gpipe", 2, 2))
-    panel = LaunchPanel(plan, steps=2, _fault={"rank": 1, "action": "1B1", "kind": "raise"})
+    sys.path.insert(0, str(Path(__file__).parent / "runtime"))  # the runtime tests' fault injection
+    from faults import failing_handlers
+    panel = LaunchPanel(plan, steps=2, handlers=failing_handlers(1, "1B1", "raise"))
     panel.start(wait=True, timeout=150)
     assert panel.error is not None
     assert "worker error" in panel.status and "1B1" in panel.status

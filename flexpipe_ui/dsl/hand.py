@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..ir import Schedule
+from ..ir import FromText, Plan, Schedule
 from ..validate import validate
 from .placement import Placement
 
@@ -25,10 +25,9 @@ def hand(text: str, *, placement: Placement | Sequence[int] | None = None,
 
 
 def hand_plan(text: str, *, placement: Placement | Sequence[int] | None = None,
-              microbatches: int | None = None, partition=None, meta=None, check: bool = True):
+              microbatches: int | None = None, partition=None, meta=None, check: bool = True) -> Plan:
     """A ``Plan`` from a rank grid, with the text as its trace's source step (so edits replay and
     ``plan.to_python()`` prints it)."""
-    from ..edits import FromText
     s = hand(text, placement=placement, microbatches=microbatches, check=check)
     part = None if partition is None else tuple(tuple(int(x) for x in p) for p in partition)
     return FromText(s.to_text(), s.microbatches, tuple(s.placement), part, dict(meta or {})).build()

@@ -79,10 +79,6 @@ class RankOrder:
             self.W_any()
         return self
 
-    @property
-    def pending_w(self) -> int:
-        return len(self._wq)
-
     def pending_w_of(self, stage: int) -> int:
         return sum(1 for s, _ in self._wq if s == stage)
 

@@ -10,15 +10,18 @@ when it cannot finish), then runs the actor list scheduler. ``source()`` is the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
+from ..ir import Plan
 from ..kinds import get_kind
-from ..problem import StageCosts, uniform_costs
+from ..partition import balanced_partition
+from ..problem import StageCosts, even_partition, uniform_costs
+from ..pysource import problem_source
 from .placement import Placement, as_placement, looped
 from .rules import Rules, RulesError
 from .scheduler import list_schedule, memory_need, stage_kinds
 
-__all__ = ["Program", "program_from_source", "resolve_partition"]
+__all__ = ["Program", "program_from_source", "resolve_partition", "FromProgram"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,8 +136,6 @@ class Program:
              partition="even"):
         """A ``Plan``: the schedule for the problem's (or the given) shape, on an ``"even"``,
         ``"balanced"`` or explicit layer partition; its trace replays it (``plan.to_python()``)."""
-        from ..edits import FromProgram
-        from ..ir import Plan
         ranks, microbatches = _shape(problem, ranks, microbatches)
         place = self.placement(ranks)
         part = resolve_partition(problem, place, partition)
@@ -163,7 +164,6 @@ def resolve_partition(problem, placement, partition="even"):
     """Layer partition for a placement: None without a problem; ``"even"`` (by layer count, earlier
     stages take the extra), ``"balanced"`` (``flexpipe_ui.partition.balanced_partition``) or an
     explicit tuple of per-stage layer tuples."""
-    from ..problem import even_partition
     S = len(placement)
     if problem is None:
         if partition not in ("even", None):
@@ -173,11 +173,6 @@ def resolve_partition(problem, placement, partition="even"):
     if partition in ("even", None):
         return even_partition(problem.num_layers, S)
     if partition == "balanced":
-        try:
-            from ..partition import balanced_partition
-        except ImportError as e:
-            raise RulesError(f"partition='balanced' needs flexpipe_ui.partition.balanced_partition, "
-                             f"which is not available ({e}); use partition='even'") from None
         return balanced_partition(problem, S, placement=tuple(placement))
     if isinstance(partition, str):
         raise RulesError(f"partition must be 'even', 'balanced' or a tuple of layer tuples, got {partition!r}")
@@ -199,3 +194,25 @@ def program_from_source(text: str) -> "Program":
     if not isinstance(prog, Program):
         raise RulesError(f"DSL source {text!r} does not describe a Program")
     return prog
+
+
+@dataclass(frozen=True)
+class FromProgram:
+    """Trace source step ``Program(...).plan(...)``: a DSL program, kept as its source text."""
+
+    program: str
+    ranks: int | None = None
+    microbatches: int | None = None
+    problem: Any = None
+    partition: Any = "even"
+
+    def build(self) -> Plan:
+        return program_from_source(self.program).plan(ranks=self.ranks, microbatches=self.microbatches,
+                                                      problem=self.problem, partition=self.partition)
+
+    def python(self) -> tuple[list[str], str]:
+        imps = ["from flexpipe_ui.dsl import *"]
+        if self.problem is not None:
+            imps.append("from flexpipe_ui.problem import Problem")
+        return imps, (f"{self.program}.plan(ranks={self.ranks!r}, microbatches={self.microbatches!r}, "
+                      f"problem={problem_source(self.problem)}, partition={self.partition!r})")

@@ -24,11 +24,12 @@ import heapq
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..graph import compile_schedule, structure_problems
+from ..graph import compile_schedule
 from ..ir import Action, Schedule
 from ..kinds import get_kind
 from ..problem import StageCosts
 from ..sim import duration_table
+from ..validate import valid_by_construction
 from .rules import Rules, RulesError
 
 __all__ = ["list_schedule", "stage_kinds", "memory_effects", "memory_need", "RulesDeadlock",
@@ -429,11 +430,10 @@ def list_schedule(placement: Sequence[int], ranks: int, microbatches: int, costs
         order.append(tuple(seq))
         starts.append(tuple(x[0] for x in row))
     sched = Schedule(ranks, M, tuple(placement), tuple(order))
-    sched.__dict__["_list_starts"] = tuple(starts)  # the actors' start times (tests compare with sim)
-    if not structure_problems(sched):
-        # every action ran after its dependencies, in lane order: the actors' times are a feasible
-        # execution, so no order or deadlock problem exists (validate and sim skip their scans)
-        sched.__dict__["_valid"] = True
+    sched.derived("list_starts", lambda s: tuple(starts))  # the actors' start times (tests compare with sim)
+    # every action ran after its dependencies, in lane order: the actors' times are a feasible
+    # execution, so no order or deadlock problem exists (validate and sim skip their scans)
+    valid_by_construction(sched)
     if any(multi_lane[r] and caps[r] is not None for r in range(ranks)):
         _check_streams(sched, costs, caps)
     return sched

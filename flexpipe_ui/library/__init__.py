@@ -5,12 +5,17 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from ..dsl.program import _shape, resolve_partition
 from ..ir import Plan
+from ..pysource import problem_source
 from .base import Family, LibraryError
 from . import (dualpipe_v, gpipe, interleaved, looped_bfs, one_f_one_b, v_1f1b, zb_h1, zb_h2,
                zb_v)
 
-__all__ = ["NAMED", "Family", "LibraryError", "build_named", "list_named"]
+__all__ = ["NAMED", "Family", "LibraryError", "build_named", "list_named", "FromNamed"]
 
 NAMED: dict[str, Family] = {f.name: f for f in (
     gpipe.FAMILY, one_f_one_b.FAMILY, interleaved.FAMILY, looped_bfs.FAMILY, zb_h1.FAMILY,
@@ -31,8 +36,6 @@ def build_named(name: str, problem=None, *, ranks: int | None = None, microbatch
     the extra), ``"balanced"`` (``flexpipe_ui.partition.balanced_partition``) or explicit layer
     tuples. Without a problem the plan has no partition and uniform costs drive rule families.
     """
-    from ..dsl.program import _shape, resolve_partition
-    from ..edits import FromNamed
     fam = NAMED.get(name)
     if fam is None:
         raise LibraryError(f"unknown schedule {name!r}; known: {', '.join(NAMED)} (flexpipe plan --list)")
@@ -51,3 +54,27 @@ def build_named(name: str, problem=None, *, ranks: int | None = None, microbatch
     if problem is not None and not isinstance(partition, str):
         partition = tuple(tuple(int(x) for x in q) for q in partition)
     return Plan(sched, part, meta, (FromNamed(name, problem, ranks, microbatches, chunks, partition),))
+
+
+@dataclass(frozen=True)
+class FromNamed:
+    """Trace source step ``build_named(name, problem, ...)`` (see ``ir.replay``)."""
+
+    name: str
+    problem: Any = None
+    ranks: int | None = None
+    microbatches: int | None = None
+    chunks: int | None = None
+    partition: Any = "even"
+
+    def build(self) -> Plan:
+        return build_named(self.name, self.problem, ranks=self.ranks, microbatches=self.microbatches,
+                           chunks=self.chunks, partition=self.partition)
+
+    def python(self) -> tuple[list[str], str]:
+        imps = ["from flexpipe_ui.library import build_named"]
+        if self.problem is not None:
+            imps.append("from flexpipe_ui.problem import Problem")
+        return imps, (f"build_named({self.name!r}, {problem_source(self.problem)}, ranks={self.ranks!r}, "
+                      f"microbatches={self.microbatches!r}, chunks={self.chunks!r}, "
+                      f"partition={self.partition!r})")

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..problem import Problem, StageCosts
 
-__all__ = ["Bounds", "time_bounds", "memory_floor", "memory_time_bound", "ideal_makespan",
+__all__ = ["Bounds", "time_bounds", "memory_time_bound", "ideal_makespan",
            "packing_makespan", "fill_offsets", "fill_packing_makespan", "chain_makespan", "plan_bound",
            "stage_costs_cached"]
 
@@ -121,10 +121,6 @@ def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatche
     after[:ranks] = np.cumsum(np.bincount(rank, weights=size, minlength=ranks)[::-1])[::-1] - \
         np.bincount(rank, weights=size, minlength=ranks)
     return float((rel + suffix - after[rank]).max())
-
-
-def memory_floor(costs: StageCosts, placement: Sequence[int], ranks: int) -> float:
-    return time_bounds(costs, placement, ranks, 1).memory
 
 
 def ideal_makespan(problem: Problem) -> float:

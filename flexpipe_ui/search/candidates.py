@@ -14,7 +14,22 @@ from ..ir import Plan
 from ..problem import Problem
 from .bounds import Bounds, stage_costs_cached, time_bounds
 
-__all__ = ["Candidate", "with_bounds"]
+__all__ = ["Candidate", "ProgramKnobs", "with_bounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramKnobs:
+    """How a DSL candidate was made, for the search's own use (re-running its rules elsewhere,
+    bounding its recomputation); never recorded in the plan."""
+
+    placement: object
+    """The DSL placement object (``looped(v)``, ``vshape()``, ...)."""
+    rules: object
+    """The ``dsl.Rules``."""
+    extra: Mapping = field(default_factory=dict)
+    """Extra operations (``{"R": "all"}``)."""
+    tag: str = ""
+    """Suffix of the description and key (" [memory]", " [recompute]")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +48,10 @@ class Candidate:
     """Builds the plan for a partition (same program, any split)."""
     knobs: Mapping = field(default_factory=dict)
     """The knob values, recorded in the plan's meta."""
+    key: str = ""
+    """Identity for de-duplication with the partition's shape (default: the description)."""
+    program: ProgramKnobs | None = None
+    """For DSL candidates: the program's parts."""
     bounds: Bounds | None = None
     """Filled by ``with_bounds``."""
     extra_work: float = 0.0

@@ -86,11 +86,10 @@ def polish(plan: Plan, problem: Problem, *, time_limit: float = 2.0, seed: int =
     if n > EXACT_MAX_ACTIONS:
         return ExactResult(None, base.makespan, 0.0, f"too large ({n} actions > {EXACT_MAX_ACTIONS})", 0.0)
     g = compile_schedule(sched)
-    names = {k.name for k in g.kinds}
+    user = sorted(k.name for k in g.kinds if not k.builtin)
     limit = problem.memory_limit
-    if limit is not None and not names <= {"F", "I", "W", "B"}:
-        return ExactResult(None, base.makespan, 0.0, f"memory model covers F/I/W/B only, plan has "
-                           f"{sorted(names - {'F', 'I', 'W', 'B'})}", 0.0)
+    if limit is not None and user:
+        return ExactResult(None, base.makespan, 0.0, f"memory model covers F/I/W/B only, plan has {user}", 0.0)
     if g.missing:
         return ExactResult(None, base.makespan, 0.0, "plan has missing dependencies", 0.0)
     costs = base.costs

@@ -22,30 +22,13 @@ from typing import Iterable
 
 from ..partition import PartitionError, balanced_partition
 from ..problem import Problem, even_partition
-from .candidates import Candidate
+from .candidates import Candidate, ProgramKnobs
 from .evaluate import Scored
 
 __all__ = ["seed_candidates", "program_candidates", "structures", "structure_rules", "all_rules",
-           "memory_variants", "recompute_candidates", "recompute_kind", "chunk_options",
-           "dsl_available", "library_available"]
+           "memory_variants", "recompute_candidates", "recompute_kind", "chunk_options"]
 
 _LIB_CHUNKS = (None, 2, 3, 4)
-
-
-def dsl_available() -> bool:
-    try:
-        from ..dsl import Program, Rules  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def library_available() -> bool:
-    try:
-        from ..library import NAMED, build_named  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def chunk_options(problem: Problem, chunks: Iterable[int] = (1, 2, 3, 4)) -> list[int]:
@@ -81,8 +64,6 @@ def _partitions(problem: Problem, placement: tuple[int, ...], cache: dict | None
 # -- library seeds ------------------------------------------------------------------------------
 def seed_candidates(problem: Problem, cache: dict | None = None) -> list[Candidate]:
     """Every library schedule × its chunk counts × {even, balanced} split."""
-    if not library_available():
-        return []
     from ..library import NAMED, build_named
     out: list[Candidate] = []
     for name in NAMED:
@@ -103,8 +84,8 @@ def seed_candidates(problem: Problem, cache: dict | None = None) -> list[Candida
                 v = len(placement) // problem.ranks
                 out.append(Candidate(description=f"library {name} (v={v}, {pname} split)", family="library",
                                      placement=placement, partition=part, make=make,
-                                     knobs={"lib": name, "chunks": v, "split": pname,
-                                            "key": f"lib:{name}:{v}"}))
+                                     knobs={"lib": name, "chunks": v, "split": pname},
+                                     key=f"lib:{name}:{v}"))
     return out
 
 
@@ -168,21 +149,14 @@ def all_rules(problem: Problem, pl) -> list:
     return out
 
 
-def recompute_kind() -> str | None:
+def recompute_kind() -> str:
     """``"R"``, the recompute kind of ``flexpipe_ui.ops``, registering it if no ``R`` exists yet
-    (a user's own ``R`` is used as it is); None if ``flexpipe_ui.ops`` is missing.
-
-    The registration outlives the search on purpose: a returned plan with ``R`` actions must
-    simulate, validate and run afterwards.
-    """
+    (a user's own ``R`` is used as it is). ``auto_search`` runs inside ``kinds.scoped_kinds``, so
+    the registration ends with the search unless a returned plan uses it."""
     from ..kinds import kinds
-    if "R" in kinds():
-        return "R"
-    try:
-        from ..ops import register_recompute
-    except ImportError:
-        return None
-    register_recompute()
+    from ..ops import register_recompute
+    if "R" not in kinds():
+        register_recompute()
     return "R"
 
 
@@ -204,8 +178,8 @@ def _program_candidate(problem: Problem, pl, placement, pname, part, rules, *, t
     return Candidate(description=f"{src}{tag} ({pname} split)", family="dsl", placement=placement,
                      partition=part, make=make,
                      knobs={"program": src, "split": pname, "chunks": len(placement) // problem.ranks,
-                            "key": src + tag, "recompute": recompute,
-                            "_pl": pl, "_rules": rules, "_extra": dict(extra or {}), "_tag": tag},
+                            "recompute": recompute},
+                     key=src + tag, program=ProgramKnobs(pl, rules, dict(extra or {}), tag),
                      extra_work=1.0 if (recompute and frac == 1.0) else 0.0)
 
 
@@ -213,8 +187,6 @@ def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4)
                        only: list[tuple] | None = None) -> list[Candidate]:
     """DSL candidates: ``rules(problem, placement)`` (default ``structure_rules``) on every
     structure (or on ``only``)."""
-    if not dsl_available():
-        return []
     out = []
     for pl, placement, pname, part in (only if only is not None else structures(problem, chunks)):
         for r in (structure_rules(problem, pl) if rules is None else rules(problem, pl)):
@@ -224,9 +196,7 @@ def program_candidates(problem: Problem, *, chunks: Iterable[int] = (1, 2, 3, 4)
 
 def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate]:
     """Answers to an over-memory candidate: DSL rules with the list scheduler's memory cap and
-    fewer in flight, recompute (``flexpipe_ui.ops``) when it exists."""
-    if not dsl_available():
-        return []
+    fewer in flight, and recompute."""
     from ..dsl import Rules
     cap = problem.memory_limit
     out = []
@@ -243,15 +213,14 @@ def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate
             r = Rules(backward=backward, priority=prio, w_policy=wp, in_flight=infl, memory_cap=cap)
             out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r, tag=" [memory]"))
     R = recompute_kind()
-    if R is not None:
-        # recompute the stages of the ranks that overflowed, then everywhere
-        over = [r for r, pk in enumerate(s.result.metrics.peak_memory) if cap is not None and pk > cap]
-        stages = tuple(st for st, r in enumerate(c.placement) if r in over)
-        for where in ([stages] if stages and len(stages) < len(c.placement) else []) + ["all"]:
-            for r in (Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap),
-                      Rules(backward="fused", priority=("B", "F"), in_flight=depth, memory_cap=cap)):
-                out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r,
-                                              tag=" [recompute]", extra={R: where}))
+    # recompute the stages of the ranks that overflowed, then everywhere
+    over = [r for r, pk in enumerate(s.result.metrics.peak_memory) if cap is not None and pk > cap]
+    stages = tuple(st for st, r in enumerate(c.placement) if r in over)
+    for where in ([stages] if stages and len(stages) < len(c.placement) else []) + ["all"]:
+        for r in (Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap),
+                  Rules(backward="fused", priority=("B", "F"), in_flight=depth, memory_cap=cap)):
+            out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r,
+                                          tag=" [recompute]", extra={R: where}))
     return out
 
 
@@ -270,8 +239,6 @@ def _placement_object(placement: tuple[int, ...], ranks: int):
 def recompute_candidates(problem: Problem, structs: list) -> list[Candidate]:
     """Full recomputation (``extra={"R": "all"}``) with the two structure rule sets."""
     R = recompute_kind()
-    if R is None or not dsl_available():
-        return []
     out = []
     for pl, placement, pname, part in structs:
         for r in structure_rules(problem, pl):

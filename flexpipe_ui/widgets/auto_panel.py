@@ -197,7 +197,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
     def search_options(self, max_evals: int | None = None) -> dict:
         """The keywords the panel passes to ``auto_search`` (the one place it is called from)."""
         return dict(time_limit=float(self.w_time.value) or None, seed=int(self.w_seed.value),
-                    progress=self._on_progress, top=int(self.w_top.value), cancel=self._cancel,
+                    progress=self._on_progress, top=int(self.w_top.value), stop=self._cancel.is_set,
                     max_evals=max_evals, exact=max(0.0, float(self.w_exact.value or 0.0)))
 
     def _work(self, problem: Problem, max_evals: int | None) -> None:

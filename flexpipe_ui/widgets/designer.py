@@ -28,6 +28,7 @@ from ..sim import SimResult, costs_for, duration_table, simulate
 from ..timeline import Timeline
 from ..validate import ScheduleError, validate
 from . import _edits
+from .. import edits
 from ._legend import legend_html as _legend_html
 
 __all__ = ["Designer", "AUTOSAVE_FORMAT", "packed_timeline", "baseline_result"]
@@ -116,8 +117,9 @@ class Designer(PanelBase, traitlets.HasTraits):
         self.error: ScheduleError | None = None
         self.last_edit_ms = float("nan")
         self._base = plan
+        # one history: the edits live in each plan's trace (``plan.edit``); the Designer keeps the
+        # sequence of plans it showed, so undo/redo also step over a reset or a loaded file
         self._history: list[Plan] = [plan]
-        self._steps: list[Any] = []
         self._pos = 0
         self._refreshes = 0
         self._baseline = self._make_baseline(baseline)
@@ -169,14 +171,15 @@ class Designer(PanelBase, traitlets.HasTraits):
     # -- public API (buttons and keys call these; so can code) ---------------------------------
     def apply(self, step: Any) -> Plan:
         """Apply one ``flexpipe_ui.edits`` step as the next history entry; returns the new plan."""
-        new = _edits.apply_step(self.plan, step)
+        return self._push(self.plan.edit(step))
+
+    def _push(self, plan: Plan) -> Plan:
+        """Show ``plan`` as the next history entry (what was undone past is dropped)."""
         del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(new)
-        self._steps.append(step)
+        self._history.append(plan)
         self._pos += 1
-        self._set_plan(new)
-        return new
+        self._set_plan(plan)
+        return plan
 
     def move(self, action: str, index: int) -> Plan:
         """Move ``action`` to position ``index`` in its rank's order."""
@@ -188,8 +191,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         if index == i:
             self._set_message(f"{action} is already at position {i} on rank {r}: nothing to do")
             return self.plan
-        E = _edits.edits_module()
-        return self.apply(E.Move(r, i, index))
+        return self.apply(edits.Move(r, i, index))
 
     def nudge(self, delta: int) -> Plan | None:
         """Move the selected action ``delta`` places (buttons, arrow keys)."""
@@ -207,8 +209,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         if i + 1 >= len(self.plan.schedule.order[r]):
             self._set_message(f"{act} is last on rank {r}: nothing to swap with")
             return None
-        E = _edits.edits_module()
-        return self.apply(E.Swap(r, i, i + 1))
+        return self.apply(edits.Swap(r, i, i + 1))
 
     def undo(self) -> None:
         if self._pos == 0:
@@ -226,12 +227,7 @@ class Designer(PanelBase, traitlets.HasTraits):
 
     def reset(self) -> None:
         """Back to the starting plan as a new history entry (so it can be undone)."""
-        del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(self._base)
-        self._steps.append(None)
-        self._pos += 1
-        self._set_plan(self._base)
+        self._push(self._base)
 
     @property
     def can_undo(self) -> bool:
@@ -257,13 +253,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         new = load_plan(p)
         if new.partition is None and self._base.partition is not None:
             new = Plan(new.schedule, self._base.partition, new.meta)
-        del self._history[self._pos + 1:]
-        del self._steps[self._pos:]
-        self._history.append(new)
-        self._steps.append({"load": str(p)})
-        self._pos += 1
-        self._set_plan(new)
-        return new
+        return self._push(new)
 
     def figure(self, **kw):
         """The current state as a static plotly Gantt (for export or a notebook's own layout)."""
@@ -349,7 +339,7 @@ class Designer(PanelBase, traitlets.HasTraits):
             self.editor.show(res.timeline, res.costs, memory_limit=self.memory_limit)
             self.header.value = self._header(res)
             last = self._last_step()
-            self._set_message(f"step {self._pos}: {self._describe(last)} → valid, makespan "
+            self._set_message(f"step {self._pos}: {last} → valid, makespan "
                               f"{res.makespan:.4g}", keep=True)
         self.btn_undo.disabled = not self.can_undo
         self.btn_redo.disabled = not self.can_redo
@@ -396,18 +386,14 @@ class Designer(PanelBase, traitlets.HasTraits):
         body = text if html_ else html.escape(text)
         self.status.value = f"<div style='font:12px monospace'>{body}</div>"
 
-    def _last_step(self):
-        return self._steps[self._pos - 1] if self._pos else "start"
-
-    @staticmethod
-    def _describe(step) -> str:
-        if step is None:
-            return "reset"
-        if isinstance(step, str):
-            return step
-        if isinstance(step, dict):
-            return f"load {step.get('load')}"
-        return repr(step)
+    def _last_step(self) -> str:
+        """How the shown plan was reached: start, reset, the edit step, or a loaded plan."""
+        if not self._pos:
+            return "start"
+        how = self._how(self.plan)
+        if how == "edit":
+            return repr(self.plan.trace[-1])
+        return f"load {self.plan.meta.get('name', 'plan file')}" if how == "load" else how
 
     def _error_html(self, e: ScheduleError) -> str:
         probs = "".join(f"<li>{html.escape(p.message)}</li>" for p in e.problems)
@@ -416,7 +402,7 @@ class Designer(PanelBase, traitlets.HasTraits):
             from ..validate import render_grid
             grid = f"<pre style='font-size:11px'>{html.escape(render_grid(e.schedule, e.cells))}</pre>"
         return (f"<b style='color:#c00'>invalid after step {self._pos} "
-                f"({html.escape(self._describe(self._last_step()))}): "
+                f"({html.escape(self._last_step())}): "
                 f"not applied to the timeline; press undo (z) to take it back</b><ul>{probs}</ul>{grid}")
 
     def _make_baseline(self, baseline: Any):
@@ -452,17 +438,27 @@ class Designer(PanelBase, traitlets.HasTraits):
     def _autosave(self) -> None:
         if self.autosave_path is None:
             return
-        steps = []
-        for s in self._steps[: self._pos]:
-            steps.append({"type": "reset"} if s is None else
-                         {"type": "load", "plan": plan_to_dict(self._history[len(steps) + 1])}
-                         if isinstance(s, dict) else _edits.step_to_dict(s))
+        steps = [self._step_record(p) for p in self._history[1: self._pos + 1]]
         doc = {"format": AUTOSAVE_FORMAT, "name": self.name, "saved": time.time(),
                "base": plan_to_dict(self._base), "steps": steps, "plan": plan_to_dict(self.plan),
                "valid": self.valid}
         tmp = self.autosave_path.with_name(self.autosave_path.name + ".tmp")
         tmp.write_text(json.dumps(doc, separators=(",", ":")))
         tmp.replace(self.autosave_path)
+
+    def _how(self, plan: Plan) -> str:
+        """How the history reached ``plan`` (after the start): "reset" to the starting plan, an
+        "edit" (the last step of its trace) or a "load"ed plan."""
+        if plan is self._base:
+            return "reset"
+        return "edit" if plan.trace and isinstance(plan.trace[-1], edits.EDIT_STEPS) else "load"
+
+    def _step_record(self, plan: Plan) -> dict:
+        """The autosave record of a history entry (a loaded plan is saved whole)."""
+        how = self._how(plan)
+        if how == "edit":
+            return _edits.step_to_dict(plan.trace[-1])
+        return {"type": "reset"} if how == "reset" else {"type": "load", "plan": plan_to_dict(plan)}
 
     def _restore(self) -> str | None:
         p = self.autosave_path
@@ -481,18 +477,15 @@ class Designer(PanelBase, traitlets.HasTraits):
         plan = self._base
         for sd in doc.get("steps", []):
             if sd.get("type") == "reset":
-                nxt, step = self._base, None
+                plan = self._base
             elif sd.get("type") == "load":
-                nxt, step = plan_from_dict(sd["plan"], str(p)), {"load": "autosave"}
+                plan = plan_from_dict(sd["plan"], str(p))
             else:
-                step = _edits.step_from_dict(sd)
-                nxt = _edits.apply_step(plan, step)
-            self._history.append(nxt)
-            self._steps.append(step)
-            plan = nxt
-        self._pos = len(self._steps)
+                plan = plan.edit(_edits.step_from_dict(sd))
+            self._history.append(plan)
+        self._pos = len(self._history) - 1
         self._set_plan(plan)
-        n = len(self._steps)
+        n = self._pos
         return f"restored {n} edit{'s' if n != 1 else ''} from {p} (undo steps back through them)"
 
     # -- display ----------------------------------------------------------------------------------

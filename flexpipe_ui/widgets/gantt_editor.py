@@ -15,9 +15,8 @@ import anywidget
 import numpy as np
 import traitlets
 
-from ..gantt import memory_at
 from ..problem import StageCosts
-from ..timeline import Timeline
+from ..timeline import Timeline, memory_at
 
 __all__ = ["GanttEditor", "pack_timeline"]
 

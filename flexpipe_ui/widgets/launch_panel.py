@@ -117,10 +117,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         """Launch training and follow it in a thread (``wait`` joins it)."""
         if self.running:
             raise ValueError("already running: press Stop first")
-        try:
-            from kernel_runtime import launch
-        except ImportError as e:
-            raise ImportError(f"kernel_runtime.launch is not available: {e}") from e
+        from kernel_runtime import launch
         self._stop.clear()
         self.error, self.events, self.measured = None, [], None
         with self.loss_fig.batch_update():

@@ -40,9 +40,9 @@ def _alive(pids):
     return out
 
 
-def _run_fault(fault, timeout=60.0, steps=3):
+def _run_fault(handlers, timeout=60.0, steps=3):
     from kernel_runtime.launcher import WorkerError, launch
-    h = launch(_plan(), model=_spec(), steps=steps, _fault=fault, timeout=timeout)
+    h = launch(_plan(), model=_spec(), steps=steps, handlers=handlers, timeout=timeout)
     pids = h.pids
     t0 = time.monotonic()
     with pytest.raises(WorkerError) as ei:
@@ -52,8 +52,8 @@ def _run_fault(fault, timeout=60.0, steps=3):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["raise", "kill", "oom"])
-def test_worker_failure_is_reported_and_cleaned_up(kind):
-    h, err, pids, t0 = _run_fault({"rank": 1, "action": "1B2", "kind": kind})
+def test_worker_failure_is_reported_and_cleaned_up(kind, fail_at):
+    h, err, pids, t0 = _run_fault(fail_at(1, "1B2", kind))
     # reported quickly after the failure: workers start in ~3-5 s, the fault is in step 0
     assert time.monotonic() - t0 < 20
     assert h.done
@@ -69,8 +69,8 @@ def test_worker_failure_is_reported_and_cleaned_up(kind):
 
 
 @pytest.mark.timeout(120)
-def test_hang_becomes_timeout_naming_rank_action_peer():
-    h, err, pids, t0 = _run_fault({"rank": 1, "action": "1F1", "kind": "hang"}, timeout=2.0)
+def test_hang_becomes_timeout_naming_rank_action_peer(fail_at):
+    h, err, pids, t0 = _run_fault(fail_at(1, "1F1", "hang"), timeout=2.0)
     waited = time.monotonic() - t0
     # rank 0 waits for rank 1's gradient (or activation) and gives up after 2 s
     assert err.rank == 0 and err.action is not None

@@ -1,6 +1,6 @@
-"""Communication derived from a plan: which tensor each action sends or waits for, and in what order.
+"""The lowering pass that derives communication: which tensor each action sends or waits for, in what order.
 
-Pure and torch-free, so it is tested on its own. For every stage boundary that crosses ranks,
+``derive_comm(schedule)`` is pure and torch-free (tested without torch, used by ``kernel_runtime``). For every stage boundary that crosses ranks,
 ``F(s, m)`` sends the activation of stage s to the rank of stage s+1, and the input-gradient
 backward (``I`` or fused ``B``) of stage s+1 sends the gradient back. Messages on one directed
 channel (src rank → dst rank) are numbered in the sender's execution order; receivers post their
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flexpipe_ui.ir import Action, Schedule
+from ..ir import Schedule
 
-__all__ = ["Message", "RankComm", "CommPlan", "derive_comm", "forward_producer", "grad_producer"]
+__all__ = ["Message", "RankComm", "CommPlan", "derive_comm"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ class RankComm:
 
 @dataclass(frozen=True)
 class CommPlan:
+    """Every rank's ``RankComm`` and the directed channels (src rank, dst rank) that carry messages."""
+
     ranks: tuple[RankComm, ...]
     channels: tuple[tuple[int, int], ...]      # (src, dst), sorted
 
@@ -56,25 +58,13 @@ class CommPlan:
         return sum(len(v) for rc in self.ranks for v in rc.sends.values())
 
 
-def forward_producer(schedule: Schedule, stage: int, mb: int) -> tuple[int, int] | None:
-    """(rank, position) of F(stage, mb)."""
-    return schedule.position.get((stage, "F", mb))
-
-
-def grad_producer(schedule: Schedule, stage: int, mb: int) -> tuple[int, int] | None:
-    """(rank, position) of the action that computes stage's input gradient (I or fused B)."""
-    pos = schedule.position
-    return pos.get((stage, "I", mb)) or pos.get((stage, "B", mb))
-
-
 def derive_comm(schedule: Schedule) -> CommPlan:
-    """Messages of a (validated) schedule, numbered per directed channel in sender order."""
+    """The messages of a validated schedule, numbered per directed channel in sender order."""
     S, place = schedule.num_stages, schedule.placement
     pending: dict[tuple[int, int], list[tuple[int, str, int, int]]] = {}  # channel → (pos, what, stage, mb)
     consumers: dict[tuple[str, int, int], tuple[int, int]] = {}
     for r, i, a in schedule.actions():
-        name = a.kind.name
-        if name == "F":
+        if a.kind.is_forward:
             if a.stage + 1 < S and place[a.stage + 1] != r:
                 pending.setdefault((r, place[a.stage + 1]), []).append((i, "act", a.stage, a.microbatch))
             if a.stage > 0 and place[a.stage - 1] != r:

@@ -1,4 +1,4 @@
-"""Communication derived from plans (torch-free): every cross-rank boundary sends one activation and
+"""The communication lowering pass (torch-free): every cross-rank boundary sends one activation and
 one gradient per microbatch, numbered in sender order, each needed by exactly one action."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "runtime"))  # the runtime tests' hand orders (torch-free)
 from plans import one_f_one_b, zb_h1  # noqa: E402
 
-from kernel_runtime.commplan import derive_comm  # noqa: E402
+from flexpipe_ui.passes import derive_comm  # noqa: E402
 
 
 def _schedules():
@@ -38,7 +38,7 @@ def test_messages_cover_cross_rank_boundaries(name):
             a = s.order[r][pos]
             for m in msgs:
                 assert m.stage == a.stage and m.microbatch == a.microbatch
-                assert m.what == ("act" if a.kind.name == "F" else "grad")
+                assert m.what == ("act" if a.kind.is_forward else "grad")
 
 
 def test_channel_order_is_sender_order():

@@ -1,0 +1,66 @@
+"""``SearchOptions``: what ``auto_search`` may spend and how it reports and stops, in one value.
+
+``auto_search(problem, SearchOptions(top=3))`` or, equally, ``auto_search(problem, top=3)``
+(keywords are field names). The budgets are counts, so a search is deterministic for its ``seed``;
+``time_limit`` and ``stop`` are the only machine-dependent ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable
+
+from ..problem import Problem
+
+__all__ = ["SearchOptions", "options_with", "default_budget"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchOptions:
+    """Options of one search (all optional)."""
+
+    time_limit: float | None = None
+    """Seconds after which the search ends with the best plan so far (only once some plan fits)."""
+    seed: int = 0
+    """Tie-break seed: equal bounds and the refinement's neighbour order are shuffled by it."""
+    progress: Callable[[Any], Any] | None = None
+    """Called with a ``Progress`` after each evaluation (and each exact-polish run)."""
+    top: int = 1
+    """How many distinct best plans to return (``SearchResult.candidates``)."""
+    stop: Callable[[], bool] | None = None
+    """Asked after each evaluation; True ends the search with the best so far (e.g. an
+    ``threading.Event``'s ``is_set``). The one way to cancel a search."""
+    max_evals: int | None = None
+    """Simulations allowed (default: ``default_budget``)."""
+    max_actions: int | None = None
+    """Simulated actions allowed, over all candidates (default: ``default_budget``)."""
+    chunks: tuple[int, ...] = (1, 2, 3, 4)
+    """Stages per rank the DSL programs may use (the library seeds try their own)."""
+    exact: float = 0.0
+    """Seconds of CP-SAT re-ordering of the best few structures (``exact.polish``, needs OR-Tools);
+    it runs for wall-clock time, so with it the result can differ between machines and runs."""
+
+
+def options_with(options: SearchOptions | None, **overrides) -> SearchOptions:
+    """``options`` (default ``SearchOptions()``) with ``overrides``, which must be field names."""
+    options = SearchOptions() if options is None else options
+    if not isinstance(options, SearchOptions):
+        raise TypeError(f"options must be a SearchOptions, not {type(options).__name__}")
+    names = {f.name for f in fields(SearchOptions)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"auto_search() got unknown keyword(s) {unknown}; SearchOptions fields are "
+                        f"{', '.join(sorted(names))} (to cancel, pass stop=event.is_set)")
+    if "chunks" in overrides:
+        overrides["chunks"] = tuple(overrides["chunks"])
+    return replace(options, **overrides) if overrides else options
+
+
+def default_budget(problem: Problem) -> tuple[int, int]:
+    """(evaluations, simulated actions) allowed by default.
+
+    Generation + simulation cost grows with the action count, so the budget is also a number of
+    actions: 185k per 256 rank-microbatches (<= 2 s at 8×32 and ~5 s at 16×64 on one core, see
+    benchmarks/bench_auto.py). Both are counts, so the search stays deterministic.
+    """
+    size = problem.ranks * problem.microbatches
+    return 400, int(185_000 * max(size, 64) / 256)
