@@ -9,7 +9,7 @@ from .costmodel import fits
 from .ir import Plan
 from .limits import check_finite_tree
 from . import cli_types as T
-from .planfile import load_plan, save_plan
+from .planfile import embedded_problem, load_plan, save_plan
 from .problem import even_partition, load_problem
 from .sim import simulate
 from .validate import render_grid, validate
@@ -17,9 +17,16 @@ from .validate import render_grid, validate
 __all__ = ["register", "metrics_text", "ascii_gantt"]
 
 
+UNIT_COSTS_NOTE = ("carries no problem and no --problem was given: UNIT COSTS (F = I = W = 1 per rank's share, "
+                   "activation 1, no static memory), not ms or MiB")
+
+
 def _load(args) -> tuple[Plan, object]:
+    """The plan and its problem: ``--problem``, else the one the plan file carries, else None."""
     plan = load_plan(args.plan)
     problem = load_problem(args.problem) if getattr(args, "problem", None) else None
+    if problem is None:
+        problem = embedded_problem(plan, args.plan)
     if problem is not None and plan.partition is not None and plan.num_layers != problem.num_layers:
         raise ValueError(f"{args.plan} partitions {plan.num_layers} layers but {args.problem} has "
                          f"{problem.num_layers}")
@@ -63,8 +70,14 @@ def _cmd_validate(args) -> int:
     return 0
 
 
+def _note_unit_costs(args, problem) -> None:
+    if problem is None:
+        print(f"flexpipe {args.command}: note: {args.plan} {UNIT_COSTS_NOTE}", file=sys.stderr)
+
+
 def _cmd_simulate(args) -> int:
     plan, problem = _load(args)
+    _note_unit_costs(args, problem)
     res = simulate(plan, problem, comm=args.comm)
     m = res.metrics
     limit = problem.memory_limit if problem is not None else None
@@ -72,6 +85,7 @@ def _cmd_simulate(args) -> int:
         d = m.to_dict()
         d["memory_limit"] = limit
         d["fits_memory"] = fits(m.max_peak_memory, limit)
+        d["unit_costs"] = problem is None
         check_finite_tree(d, "simulate --json output")
         print(json.dumps(d, allow_nan=False))
     else:
@@ -81,6 +95,7 @@ def _cmd_simulate(args) -> int:
 
 def _cmd_show(args) -> int:
     plan, problem = _load(args)
+    _note_unit_costs(args, problem)
     res = simulate(plan, problem, comm=args.comm)
     name = plan.meta.get("name", args.plan)
     print(f"{name}: {plan.ranks} ranks, {plan.schedule.num_stages} stages, {plan.microbatches} microbatches")
@@ -93,7 +108,8 @@ def _cmd_show(args) -> int:
         from .export import save_html
         from .gantt import gantt_figure  # plotly only when asked for
         fig = gantt_figure(res.timeline, res.costs, title=str(name), metrics=res.metrics,
-                           memory_limit=problem.memory_limit if problem else None)
+                           memory_limit=problem.memory_limit if problem else None,
+                           unit_costs=problem is None)
         save_html(fig, args.html)
         print(f"wrote {args.html}")
     return 0
@@ -123,17 +139,21 @@ def _cmd_export(args) -> int:
 
 def _cmd_import_torch(args) -> int:
     from .limits import check_plan_size
-    from .torch_interop import import_torch_schedule
+    from .progress import heartbeat
     check_plan_size(args.ranks * (args.chunks or 2), args.microbatches)
-    sched = import_torch_schedule(args.name, args.ranks, args.microbatches, args.chunks)
+    with heartbeat(f"building torch's {args.name} schedule for {args.ranks} ranks x {args.microbatches} "
+                   "microbatches (importing torch; torch builds a long order slowly)"):
+        from .torch_interop import import_torch_schedule
+        sched = import_torch_schedule(args.name, args.ranks, args.microbatches, args.chunks)
     if not args.no_validate:
-        validate(sched)
-    partition = None
+        with heartbeat(f"validating {sched.num_actions} actions"):
+            validate(sched)
+    partition = problem = None
     if args.problem:
         problem = load_problem(args.problem)
         partition = even_partition(problem.num_layers, sched.num_stages)
     plan = Plan(sched, partition, {"name": f"torch:{args.name}", "source": "torch.distributed.pipelining"})
-    save_plan(plan, args.output)
+    save_plan(plan, args.output, problem=problem)
     print(f"wrote {args.output}")
     return 0
 
@@ -148,7 +168,8 @@ def register(sub) -> None:
                                  ("show", _cmd_show, "text grid + metrics; --html writes the Gantt")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("plan")
-        p.add_argument("--problem", help="flexpipe-problem/1 costs (default: uniform F=I=W=1 per rank)")
+        p.add_argument("--problem", help="flexpipe-problem/1 costs (default: the one the plan file carries, "
+                                         "else uniform F=I=W=1 per rank: unit costs)")
         p.add_argument("--comm", type=T.nonnegative, default=None, help="override the cross-rank latency")
         if name == "simulate":
             p.add_argument("--json", action="store_true", help="print metrics as JSON")

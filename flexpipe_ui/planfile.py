@@ -1,4 +1,10 @@
-"""Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3)."""
+"""Read and write ``flexpipe-plan/1`` JSON (DESIGN.md, contract 3).
+
+A plan made from a problem carries it: ``save_plan(plan, path, problem=...)`` (or ``embed_problem``)
+puts the problem, in ``flexpipe-problem/1`` form, in ``meta["problem"]``; ``embedded_problem``
+reads it back, so ``flexpipe simulate/show`` and the widgets show the plan's real costs (ms, MiB)
+without a ``--problem``, instead of unit costs.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -10,7 +16,8 @@ from .ir import Action, ParseError, Plan, Schedule, infer_placement, kind_names,
 from .limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from .ops import register_missing
 
-__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile"]
+__all__ = ["PlanFileError", "plan_to_dict", "plan_from_dict", "load_plan", "save_plan", "PLAN_FORMAT", "FromFile",
+           "embed_problem", "embedded_problem"]
 
 PLAN_FORMAT = "flexpipe-plan/1"
 
@@ -158,11 +165,37 @@ def load_plan(path: str | Path) -> Plan:
     return plan_from_dict(read_json(path, PlanFileError, "plan file"), str(path))
 
 
-def save_plan(plan: Plan | Schedule, path: str | Path) -> None:
-    """Write a plan file atomically."""
+def save_plan(plan: Plan | Schedule, path: str | Path, problem: Any = None) -> None:
+    """Write a plan file atomically; with ``problem``, the file carries it (``meta["problem"]``)."""
     if isinstance(plan, Schedule):
         plan = Plan(plan)
+    if problem is not None:
+        plan = embed_problem(plan, problem)
     write_json(plan_to_dict(plan), path)
+
+
+def embed_problem(plan: Plan, problem: Any) -> Plan:
+    """The plan with ``problem`` (its ranks and microbatches set to the plan's) in ``meta["problem"]``."""
+    s = plan.schedule
+    if problem.ranks != s.ranks or problem.microbatches != s.microbatches:
+        problem = problem.with_(ranks=s.ranks, microbatches=s.microbatches)
+    return replace(plan, meta={**plan.meta, "problem": problem.to_dict()})
+
+
+def embedded_problem(plan: Plan, source: str = "plan") -> Any:
+    """The ``Problem`` a plan file carries in ``meta["problem"]``, or None."""
+    d = plan.meta.get("problem") if isinstance(plan.meta, dict) else None
+    if d is None:
+        return None
+    from .problem import Problem, ProblemError
+    try:
+        problem = Problem.from_dict(d, f"{source}: meta.problem")
+    except ProblemError as e:
+        raise PlanFileError(str(e)) from None
+    if plan.partition is not None and sum(len(p) for p in plan.partition) != problem.num_layers:
+        raise PlanFileError(f"{source}: meta.problem has {problem.num_layers} layers but the plan's stages "
+                            f"cover {sum(len(p) for p in plan.partition)}")
+    return problem
 
 
 @dataclass(frozen=True)

@@ -108,12 +108,14 @@ def _train(args) -> int:
     what = spec.name if spec is not None else "timed"
     print(f"{name}: {what}, {plan.ranks} ranks{dp}, {plan.microbatches} microbatches, "
           f"{plan.schedule.num_stages} stages, {args.steps} steps on {args.devices} ({dtype})", flush=True)
-    h = launch(plan, model=sendable, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
-               dtype=dtype, capture_grads=check, timeout=args.timeout,
-               timed=args.timed if args.timed else False, dp=args.dp)
+    from flexpipe_ui.progress import heartbeat
+    with heartbeat(f"starting {plan.ranks * args.dp} worker processes"):
+        h = launch(plan, model=sendable, steps=args.steps, devices=args.devices, lr=args.lr, seed=args.seed,
+                   dtype=dtype, capture_grads=check, timeout=args.timeout,
+                   timed=args.timed if args.timed else False, dp=args.dp)
     predicted_peak = _predicted_peak(plan, args)
     try:
-        for ev in h.events():
+        for ev in _follow(h, plan.ranks * args.dp):
             loss = "n/a" if ev.loss is None else f"{ev.loss:.6f}"
             print(f"step {ev.step} loss {loss} step_time {ev.step_time:.4f} s "
                   f"makespan {ev.timeline.makespan:.2f} ms", flush=True)
@@ -158,6 +160,33 @@ def _peak_line(measured, predicted) -> str:
         p = f" / predicted {predicted[r]:.1f}" if predicted is not None else ""
         parts.append(f"rank {r} measured {m:.1f}{p}")
     return "peak memory (MiB): " + ", ".join(parts)
+
+
+def _follow(h, world: int, every: float = 2.0):
+    """``h``'s step events; until the first arrives, a progress line on stderr every ``every`` seconds
+    (how many workers joined; workers import torch and meet in the process group first)."""
+    import time
+    t0 = last = time.monotonic()
+    seen = False
+    while True:
+        ev = h.poll(0.2)
+        if ev is not None:
+            seen = True
+            yield ev
+            continue
+        if h.done:
+            ev = h.poll(0.0)
+            while ev is not None:
+                yield ev
+                ev = h.poll(0.0)
+            break
+        now = time.monotonic()
+        if not seen and now - last >= every:
+            last = now
+            print(f"  workers ready {len(h.hosts)}/{world}, waiting for step 0... {now - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    if h.error is not None:
+        raise h.error
 
 
 def _tune(args) -> int:

@@ -104,7 +104,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     validate(plan.schedule)
     res = simulate(plan, problem)
     m = res.metrics
-    save_plan(plan, args.output)
+    save_plan(plan, args.output, problem=problem)   # the file carries its costs (meta["problem"])
     s = plan.schedule
     print(f"wrote {args.output}: {plan.meta.get('name')} — {s.ranks} ranks, {s.num_stages} stages, "
           f"{s.microbatches} microbatches, {s.num_actions} actions; makespan {m.makespan:.6g}, "

@@ -1,6 +1,8 @@
-"""``flexpipe auto PROBLEM.json -o PLAN.json [--time-limit S] [--top K] [--seed N] [--exact S]``.
+"""``flexpipe auto PROBLEM.json -o PLAN.json [--ranks P] [--microbatches M] [--time-limit S] [--top K]
+[--seed N] [--exact S] [--write-problem FILE]`` (or ``--preset NAME`` instead of a file).
 
-Prints the top-K table (makespan, peak memory, what it is) and the search statistics; writes the
+The plan files it writes carry the problem they were searched for (``meta["problem"]``), so
+``flexpipe show/simulate`` show the same ms and MiB without ``--problem``. Prints the top-K table (makespan, peak memory, what it is) and the search statistics; writes the
 best plan to ``-o`` and, with ``--top K``, the runners-up beside it as ``PLAN.2.json`` ... Progress
 (each new best) goes to stderr unless ``--quiet``.
 """
@@ -30,8 +32,24 @@ def _cmd_auto(args) -> int:
         problem = preset(args.preset)
     else:
         problem = load_problem(args.problem)
+    for flag, value in (("--ranks", args.ranks), ("--microbatches", args.microbatches)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.ranks is not None or args.microbatches is not None:
+        if args.preset is not None:
+            from ..presets import preset
+            problem = preset(args.preset, ranks=args.ranks or problem.ranks,
+                             microbatches=args.microbatches or problem.microbatches)
+        else:
+            problem = problem.with_(ranks=args.ranks or problem.ranks,
+                                    microbatches=args.microbatches or problem.microbatches)
     if args.memory_limit is not None:
         problem = problem.with_(memory_limit=args.memory_limit)
+    if args.write_problem:
+        from ..problem import save_problem
+        save_problem(problem, args.write_problem)
+        print(f"wrote {args.write_problem} (the problem searched: {problem.ranks} ranks, "
+              f"{problem.microbatches} microbatches, {problem.num_layers} layers)", file=sys.stderr)
     if args.top < 1:
         raise ValueError(f"--top must be >= 1, got {args.top}")
     if args.time_limit is not None and args.time_limit <= 0:
@@ -55,9 +73,9 @@ def _cmd_auto(args) -> int:
                       progress=None if args.quiet else progress, max_evals=args.max_evals,
                       exact=args.exact)
     out = Path(args.output)
-    save_plan(res.best, out)
+    save_plan(res.best, out, problem=problem)
     for k, (plan, _, _) in enumerate(res.candidates[1:], 2):
-        save_plan(plan, _runner_up_path(out, k))
+        save_plan(plan, _runner_up_path(out, k), problem=problem)
     print("\n".join(res.table().splitlines()[:len(res.candidates) + 1]))
     st = res.stats
     seed_txt = ""
@@ -99,6 +117,11 @@ def register(sub) -> None:
     p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="tie-break seed (same seed, same result)")
     p.add_argument("--max-evals", type=T.integer(1, 10**9), default=None, metavar="N", help="simulation budget")
     p.add_argument("--memory-limit", type=T.number(minimum=0.0, maximum=MAX_NUMBER, strict=True), default=None, help="override the problem's per-rank cap")
+    p.add_argument("--ranks", type=T.ranks, default=None, metavar="P", help="override the problem's pipeline ranks")
+    p.add_argument("--microbatches", type=T.microbatches, default=None, metavar="M",
+                   help="override the problem's microbatches per step")
+    p.add_argument("--write-problem", metavar="FILE",
+                   help="also write the problem searched (a preset's, with the overrides) as flexpipe-problem/1")
     p.add_argument("--exact", type=T.number(minimum=0.0, maximum=MAX_TIMEOUT), default=0.0, metavar="S",
                    help="spend S seconds re-ordering the best structures' actions with CP-SAT (needs ortools; "
                         "wall-clock, so machine-dependent); prints each structure's proven lower bound")

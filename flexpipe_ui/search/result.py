@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..ir import Plan
 from ..problem import Problem
@@ -48,6 +49,8 @@ class Progress:
     """Candidates skipped by their lower bound."""
     description: str = ""
     """Description of the best candidate."""
+    best_result: Any = None
+    """The best plan's ``SimResult`` (so a progress callback that draws it never re-simulates)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -63,8 +63,11 @@ class SearchState:
             self.stopped = "max_evals"
         elif self.actions >= self.max_actions:
             self.stopped = "max_actions"
-        elif self.time_limit is not None and self.best is not None and self.elapsed() >= self.time_limit:
-            self.stopped = "time_limit"  # only once a usable plan exists: a time limit never returns nothing
+        elif (self.time_limit is not None and self.best is not None and self.phase != "seeds"
+              and self.elapsed() >= self.time_limit):
+            # only once a usable plan exists and every library seed was tried: a time limit never
+            # returns nothing, nor anything worse than the best library schedule
+            self.stopped = "time_limit"
         elif self.stop():
             self.stopped = "cancelled"
         return bool(self.stopped)
@@ -150,7 +153,7 @@ class SearchState:
             b = self.best
             self.progress(Progress(len(self.scored), self.max_evals, self.incumbent,
                                    b.plan if b else None, self.elapsed(), self.phase, self.pruned,
-                                   b.description if b else ""))
+                                   b.description if b else "", b.result if b else None))
 
     def run_list(self, cands: Sequence[Candidate], *, force: bool = False) -> None:
         cands = [with_bounds(c, self.problem, self.cache) for c in cands]

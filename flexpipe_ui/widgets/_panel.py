@@ -4,7 +4,24 @@ from __future__ import annotations
 import html
 import traceback
 
-__all__ = ["PanelBase"]
+__all__ = ["PanelBase", "show_figure"]
+
+
+def show_figure(output, fig) -> None:
+    """Show plotly ``fig`` in ipywidgets ``output`` as a plotly mime bundle, replacing what was there.
+
+    Why not a ``FigureWidget``: in JupyterLab a FigureWidget created or updated while the kernel is
+    busy (a search or training thread, a following cell) was seen as an empty frame; a mime bundle
+    set directly on an Output is plain output the page draws as soon as it arrives, it costs one
+    JSON encoding (no per-trace validation and sync), and it works from any thread or cell."""
+    import json
+
+    import plotly.io as pio
+    spec = json.loads(pio.to_json(fig, validate=False))
+    spec["config"] = {"displaylogo": False, "responsive": True}
+    title = fig.layout.title.text if fig.layout.title is not None else None
+    output.outputs = ({"output_type": "display_data", "metadata": {},
+                       "data": {"application/vnd.plotly.v1+json": spec, "text/plain": title or "plotly figure"}},)
 
 
 class PanelBase:

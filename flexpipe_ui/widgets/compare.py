@@ -4,7 +4,9 @@ Each entry becomes a Gantt row group in one plotly figure with ``shared_xaxes``,
 up vertically. The table lists makespan, bubble, speedup over the baseline entry and peak memory per
 rank; the best value of each column is green, values worse than the baseline red, a peak over the
 memory cap is flagged. Differences are also drawn: actions whose place in their rank's order differs
-from the baseline's are outlined in the chart and counted in the table.
+from the baseline's are outlined in the chart and counted in the table. Plans with other actions
+than the baseline (another placement, fused vs split backward) cannot be compared action by action:
+the table says "other actions" instead of a count, and nothing is outlined.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import traitlets
 
-from ._panel import PanelBase
+from ._panel import PanelBase, show_figure
 
 from ..costmodel import fits
 from ..ir import Plan, Schedule
@@ -23,7 +25,8 @@ from ..problem import Problem, StageCosts
 from ..sim import SimResult, costs_for, simulate
 from ..timeline import Metrics, Timeline, compute_metrics
 
-__all__ = ["Compare", "Entry", "compare_entries", "moved_actions", "comparison_table", "compare_figure"]
+__all__ = ["Compare", "Entry", "compare_entries", "moved_actions", "comparable", "comparison_table",
+           "compare_figure"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,17 @@ class Entry:
     metrics: Metrics
     schedule: Schedule | None
     costs: StageCosts | None
+    unit_costs: bool = False
+    """Simulated without a problem: the numbers are unit costs, not ms/MiB."""
 
 
 def _entry(name: str, item: Any, problem: Problem | None) -> Entry:
     if isinstance(item, (Plan, Schedule)):
+        if problem is None and isinstance(item, Plan):
+            from ..planfile import embedded_problem
+            problem = embedded_problem(item, name)   # a plan made from a problem carries it
         res = simulate(item, problem)
-        return Entry(name, res.timeline, res.metrics, res.timeline.schedule, res.costs)
+        return Entry(name, res.timeline, res.metrics, res.timeline.schedule, res.costs, problem is None)
     if isinstance(item, SimResult):
         return Entry(name, item.timeline, item.metrics, item.timeline.schedule, item.costs)
     if isinstance(item, Timeline):
@@ -63,6 +71,11 @@ def compare_entries(items: Mapping[str, Any] | Sequence[tuple[str, Any]],
     return [_entry(str(n), it, problem) for n, it in pairs]
 
 
+def comparable(schedule: Schedule | None, reference: Schedule | None) -> bool:
+    """Both known and holding the same actions (so they can be compared one by one)."""
+    return schedule is not None and reference is not None and set(schedule.position) == set(reference.position)
+
+
 def moved_actions(schedule: Schedule | None, reference: Schedule | None) -> list[str]:
     """Actions whose (rank, index among that rank's actions) differs from the reference.
 
@@ -82,15 +95,18 @@ def comparison_table(entries: Sequence[Entry], baseline: int = 0,
     from ..gantt import fmt_num
     base = entries[baseline].metrics
     R = max(e.timeline.ranks for e in entries)
-    cols = ["makespan", "bubble", f"speedup vs {entries[baseline].name}", "max peak mem"] + \
-           [f"peak r{r}" for r in range(R)] + ["moved vs baseline"]
+    unit = any(e.unit_costs for e in entries)
+    tu, mu = ("", "") if unit else (" (ms)", " (MiB)")
+    cols = [f"makespan{tu}", "bubble", f"speedup vs {entries[baseline].name}", f"max peak mem{mu}"] + \
+           [f"peak r{r}{mu}" for r in range(R)] + ["moved vs baseline"]
     rows = []
     for e in entries:
         m = e.metrics
         peaks = list(m.peak_memory) + [np.nan] * (R - len(m.peak_memory))
-        moved = moved_actions(e.schedule, entries[baseline].schedule)
+        ref = entries[baseline].schedule
+        moved = len(moved_actions(e.schedule, ref)) if comparable(e.schedule, ref) else np.nan
         rows.append([m.makespan, m.bubble, base.makespan / m.makespan if m.makespan else np.nan,
-                     m.max_peak_memory] + peaks + [len(moved)])
+                     m.max_peak_memory] + peaks + [moved])
     arr = np.array(rows, dtype=float)
     lower_better = [True, True, False, True] + [True] * R + [None]
     th = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in ["plan"] + cols)
@@ -110,18 +126,30 @@ def comparison_table(entries: Sequence[Entry], baseline: int = 0,
                     style += ";color:#c00"
             if 3 <= j < 4 + R and np.isfinite(v) and not fits(v, memory_limit):
                 style += ";outline:2px solid #c00"
-            txt = ("" if not np.isfinite(v) else f"{v:.1%}" if j == 1 else f"{v:.3f}×" if j == 2
-                   else f"{int(v)}" if j == len(cols) - 1 else fmt_num(v))
+            last = j == len(cols) - 1
+            txt = ("other actions" if last and not np.isfinite(v) and i != baseline
+                   else "" if not np.isfinite(v) else f"{v:.1%}" if j == 1 else f"{v:.3f}×" if j == 2
+                   else f"{int(v)}" if last else fmt_num(v))
             tds.append(f"<td style='{style}'>{txt}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
-    cap = f"<caption style='text-align:left'>memory cap {fmt_num(memory_limit)}</caption>" if memory_limit else ""
+    notes = []
+    if memory_limit:
+        notes.append(f"memory cap {fmt_num(memory_limit)}{mu.strip(' ()') and ' ' + mu.strip(' ()')}")
+    if unit:
+        notes.append("<b>UNIT COSTS</b> (no problem: F=I=W=1 per rank; not ms or MiB)")
+    if any(not comparable(e.schedule, entries[baseline].schedule) for k, e in enumerate(entries) if k != baseline):
+        notes.append("moved: actions at another place in their rank's order than in the baseline (outlined "
+                     "in the chart); 'other actions': another placement or backward split, not comparable "
+                     "one by one")
+    cap = f"<caption style='text-align:left'>{' · '.join(notes)}</caption>" if notes else ""
     return (f"<table style='border-collapse:collapse;font:12px sans-serif'>{cap}<thead><tr>{th}</tr>"
             f"</thead><tbody>{''.join(body)}</tbody></table>")
 
 
 def compare_figure(entries: Sequence[Entry], baseline: int = 0, *, show_moves: bool = True,
                    widget: bool = False):
-    """All entries' Gantts stacked on one shared time axis (a FigureWidget if ``widget``)."""
+    """All entries' Gantts stacked on one shared time axis (a FigureWidget if ``widget``; the
+    ``Compare`` panel shows a plain figure through ``_panel.show_figure``)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -131,30 +159,33 @@ def compare_figure(entries: Sequence[Entry], baseline: int = 0, *, show_moves: b
     heights = [max(2, e.timeline.ranks) for e in entries]
     base = entries[baseline]
     titles = []
+    unit = any(e.unit_costs for e in entries)
     for e in entries:
         titles.append(gantt_title(e.metrics, e.name, (base.name, base.metrics.makespan)
-                                  if e is not base else None, source=e.timeline.source))
+                                  if e is not base else None, source=e.timeline.source, unit_costs=unit))
     fig = make_subplots(rows=n, cols=1, shared_xaxes=True, row_heights=heights,
                         vertical_spacing=min(0.08, 0.25 / n), subplot_titles=titles)
     seen: set[str] = set()
     for i, e in enumerate(entries):
         hl = moved_actions(e.schedule, base.schedule) if show_moves and e is not base else []
         labels = len(e.timeline.actions) * n <= LABEL_LIMIT
-        for tr in gantt_traces(e.timeline, labels=labels, highlight=hl):
+        for tr in gantt_traces(e.timeline, labels=labels, highlight=hl, unit_costs=unit):
             tr.showlegend = tr.legendgroup not in seen
             seen.add(tr.legendgroup)
             fig.add_trace(tr, row=i + 1, col=1)
         R = e.timeline.ranks
         fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(R)),
                          ticktext=[f"r{r}" for r in range(R)], row=i + 1, col=1)
-    fig.update_xaxes(title_text="time", row=n, col=1)
-    fig.update_xaxes(showgrid=True, gridcolor="#eee")
+    fig.update_xaxes(title_text="time (unit costs)" if unit else "time (ms)", row=n, col=1)
+    fig.update_xaxes(showgrid=True, gridcolor="#eee", tickformat=",~r")
     for ann in fig.layout.annotations:
         ann.font.size = 12
         ann.x, ann.xanchor = 0.0, "left"
     fig.update_layout(barmode="overlay", bargap=0.0, plot_bgcolor="white",
-                      height=90 + sum(22 * h + 40 for h in heights), margin=dict(l=50, r=20, t=50, b=40),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
+                      height=120 + sum(22 * h + 40 for h in heights), margin=dict(l=50, r=20, t=85, b=40),
+                      # the legend on its own band at the very top, above the first entry's title
+                      legend=dict(orientation="h", yref="container", y=1.0, yanchor="top", xanchor="left",
+                                  x=0.0, font_size=11),
                       uniformtext=dict(minsize=7, mode="hide"))
     return go.FigureWidget(fig) if widget else fig
 
@@ -184,10 +215,12 @@ class Compare(PanelBase, traitlets.HasTraits):
             raise ValueError(f"baseline index {baseline} out of range 0..{len(names) - 1}")
         self.memory_limit = memory_limit if memory_limit is not None else (
             problem.memory_limit if problem is not None else None)
-        self.figure = compare_figure(self.entries, baseline, widget=True)
+        self.figure = compare_figure(self.entries, baseline)
+        """The chart (a plotly Figure), shown through ``chart``."""
+        self.chart = w.Output()
         self.table = w.HTML()
         self.out = w.Output()
-        self.widget = w.VBox([self.figure, self.table, self.out])
+        self.widget = w.VBox([self.chart, self.table, self.out])
         self.observe(self._on_baseline, names="baseline")
         self.baseline = baseline
         if baseline == 0:
@@ -197,11 +230,8 @@ class Compare(PanelBase, traitlets.HasTraits):
         try:
             b = change["new"]
             self.table.value = comparison_table(self.entries, b, self.memory_limit)
-            new = compare_figure(self.entries, b)
-            with self.figure.batch_update():
-                for tr, src in zip(self.figure.data, new.data):
-                    tr.marker.line = src.marker.line
-                self.figure.layout.annotations = new.layout.annotations
+            self.figure = compare_figure(self.entries, b)
+            show_figure(self.chart, self.figure)
         except Exception as e:  # noqa: BLE001 - surface callback errors in the widget
             self.out.append_stderr(f"{type(e).__name__}: {e}\n")
 

@@ -29,6 +29,7 @@ from ..timeline import Timeline
 from ..validate import ScheduleError, validate
 from . import _edits, autosave
 from .. import edits
+from ._legend import legend_html as _legend_html
 
 __all__ = ["Designer", "AUTOSAVE_FORMAT", "packed_timeline", "baseline_result"]
 
@@ -98,7 +99,12 @@ class Designer(PanelBase, traitlets.HasTraits):
 
         plan = plan if isinstance(plan, Plan) else Plan(plan)
         validate(plan.schedule)  # the starting point must be valid: say so before drawing anything
+        if problem is None and costs is None:
+            from ..planfile import embedded_problem
+            problem = embedded_problem(plan, name)   # a plan made from a problem carries it
         self.problem = problem
+        self.unit_costs = problem is None and costs is None
+        """No problem and no costs: the chart shows unit costs (said in the header and the figure)."""
         self.costs = costs if costs is not None else costs_for(plan, problem)
         self.memory_limit = memory_limit if memory_limit is not None else (
             problem.memory_limit if problem is not None else None)
@@ -120,6 +126,7 @@ class Designer(PanelBase, traitlets.HasTraits):
 
         self.editor = GanttEditor()
         self.header = w.HTML()
+        self.legend = w.HTML(_legend_html(plan.schedule, self.unit_costs))
         self.status = w.HTML()
         self.out = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
         self.sel_box = w.Text(description="action", placeholder="e.g. 2F0 (or click a bar)",
@@ -150,7 +157,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         self.editor.observe(self._guard(self._on_command), names="command")
         self.observe(self._guard(self._on_plan), names="plan")
         self.widget = w.VBox([
-            self.header, self.editor,
+            self.header, self.legend, self.editor,
             w.HBox([self.sel_box, self.btn_earlier, self.btn_later, self.btn_swap, self.btn_undo,
                     self.btn_redo, self.btn_reset]),
             w.HBox([self.path_box, self.btn_save, self.btn_load, self.btn_html, self.btn_csv, self.btn_trace]),
@@ -236,7 +243,7 @@ class Designer(PanelBase, traitlets.HasTraits):
 
     def save(self, path: str | Path | None = None) -> Path:
         p = Path(path or self.path_box.value)
-        save_plan(self.plan, p)
+        save_plan(self.plan, p, problem=self.problem)   # the file carries its costs
         self._set_message(f"saved {p} ({self.plan.schedule.num_actions} actions)")
         return p
 
@@ -253,9 +260,9 @@ class Designer(PanelBase, traitlets.HasTraits):
         from ..gantt import gantt_figure
         if self.result is not None and self.valid:
             return gantt_figure(self.result, title=self.title, memory_limit=self.memory_limit,
-                                baseline=self._baseline, **kw)
+                                baseline=self._baseline, unit_costs=self.unit_costs, **kw)
         tl = packed_timeline(self.plan.schedule, self.costs)
-        return gantt_figure(tl, title=f"{self.title} (INVALID: not simulated)",
+        return gantt_figure(tl, title=f"{self.title} (INVALID: not simulated)", unit_costs=self.unit_costs,
                             highlight=self.error.actions if self.error else (), **kw)
 
     def export(self, what: str, path: str | Path | None = None) -> Path:
@@ -411,17 +418,20 @@ class Designer(PanelBase, traitlets.HasTraits):
             return (f"<b>{html.escape(self.title)}</b> · <span style='color:#c00'>INVALID schedule: "
                     f"not simulated</span> · {self.plan.ranks} ranks × {self.plan.microbatches} microbatches")
         m = res.metrics
+        tu, mu = ("", "") if self.unit_costs else (" ms", " MiB")
         parts = [f"<b>{html.escape(self.title)}</b>", f"{self.plan.ranks} ranks × {self.plan.microbatches} mb",
-                 f"makespan <b>{fmt_num(m.makespan)}</b>", f"bubble <b>{m.bubble:.1%}</b>"]
-        peak = f"peak memory <b>{fmt_num(m.max_peak_memory)}</b>"
+                 f"makespan <b>{fmt_num(m.makespan)}{tu}</b>", f"bubble <b>{m.bubble:.1%}</b>"]
+        if self.unit_costs:
+            parts.insert(0, "<b style='color:#c00'>UNIT COSTS</b> (no problem: F=I=W=1 per rank)")
+        peak = f"peak memory <b>{fmt_num(m.max_peak_memory)}{mu}</b>"
         if self.memory_limit is not None:
             over = not fits(m.max_peak_memory, self.memory_limit)
-            peak += f" / cap {fmt_num(self.memory_limit)}" + (" <b style='color:#c00'>OVER</b>" if over else "")
+            peak += f" / cap {fmt_num(self.memory_limit)}{mu}" + (" <b style='color:#c00'>OVER</b>" if over else "")
         parts.append(peak)
         base = baseline_makespan(self._baseline)
         if base is not None:
             parts.append(f"speedup over {html.escape(base[0])} <b>{base[1] / m.makespan:.3f}×</b>"
-                         f" ({fmt_num(base[1])} → {fmt_num(m.makespan)})")
+                         f" ({fmt_num(base[1])} → {fmt_num(m.makespan)}{tu})")
         return "<div style='font:13px sans-serif'>" + " · ".join(parts) + "</div>"
 
     # -- autosave (file format, checks, claims and replay: widgets/autosave.py) -------------------

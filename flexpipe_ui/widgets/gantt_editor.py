@@ -101,6 +101,13 @@ class GanttEditor(anywidget.AnyWidget):
             self.data = pack_timeline(tl, costs, positions=positions, memory_limit=memory_limit,
                                       version=version)
 
+    @traitlets.observe("rendered")
+    def _on_rendered(self, change) -> None:
+        # the page drew an EMPTY chart (rendered 0) although there is data: its view missed the data
+        # update (seen in JupyterLab when the view is created while the kernel is busy): send it again
+        if change["new"] == 0 and self.version > 0:
+            self.send_state(["data", "highlight"])
+
     @property
     def version(self) -> int:
         return int(self.data.get("version", 0)) if self.data else 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import traitlets
 
-from ._panel import PanelBase
+from ._panel import PanelBase, show_figure
 
 from ..ir import Plan
 from ..problem import Problem
@@ -66,8 +66,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
     status = traitlets.Unicode("")
 
     def __init__(self, plan: Plan, problem: Problem | None = None, *, model: Any = "demo-gpt",
-                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25,
-                 half_px: int = 480, **launch_kwargs):
+                 steps: int = 10, devices: str | None = None, poll_s: float = 0.25, **launch_kwargs):
         super().__init__()
         import ipywidgets as w
         import plotly.graph_objects as go
@@ -104,18 +103,25 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
                                   tooltip="calibrate the cost model on this run's measured timelines")
         self.fitted: Problem | None = None
         self.w_status = w.HTML()
-        self.loss_fig = go.FigureWidget(
+        self.loss_fig = go.Figure(
             data=[go.Scatter(x=[], y=[], mode="lines+markers", name="loss"),
                   go.Scatter(x=[], y=[], mode="lines+markers", name="step time", yaxis="y2")],
-            layout=dict(height=260, title="loss and step time", xaxis_title="step",
-                        yaxis=dict(title="loss"), yaxis2=dict(title="step time", overlaying="y", side="right"),
-                        margin=dict(l=50, r=50, t=40, b=30), legend=dict(orientation="h")))
-        # fixed widths: side by side in an HBox (plotly's default 700 px would be clipped)
-        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False, width=half_px)
-        self.pred_fig = go.FigureWidget(pred)
-        self.meas_fig = go.FigureWidget(layout=dict(height=pred.layout.height, width=half_px,
+            layout=dict(height=280, title=dict(text="loss and step time", x=0.01, xanchor="left"),
+                        xaxis=dict(title="step", tickformat="d", dtick=1, rangemode="tozero"),
+                        yaxis=dict(title="loss"), yaxis2=dict(title="step time (s)", overlaying="y", side="right"),
+                        margin=dict(l=60, r=60, t=70, b=40),
+                        # the legend on its own band under the title, never over it
+                        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0)))
+        # predicted above measured, each as wide as the cell (side by side at a fixed width they were
+        # wider than the cell and their titles clipped); the same time range, set when measured
+        pred = gantt_figure(self.predicted, title="predicted (simulated)", memory=False,
+                            unit_costs=problem is None)
+        self.pred_fig = pred
+        self.meas_fig = go.Figure(layout=dict(height=pred.layout.height,
                                                     title="measured: waiting for the first step",
                                                     margin=pred.layout.margin))
+        # the charts are plain plotly figures shown through Outputs (see _panel.show_figure)
+        self.loss_chart, self.pred_chart, self.meas_chart = w.Output(), w.Output(), w.Output()
         self.out = w.Output()
         self.btn_start.on_click(self._guard(lambda _b: self.start()))
         self.btn_stop.on_click(self._guard(lambda _b: self.stop()))
@@ -123,7 +129,10 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         self.observe(self._on_state, names=["running", "step", "loss", "step_time", "status"])
         self.widget = w.VBox([
             w.HBox([self.w_model, self.w_steps, self.w_devices, self.btn_start, self.btn_stop, self.btn_refit]),
-            self.w_status, self.loss_fig, w.HBox([self.pred_fig, self.meas_fig]), self.out])
+            self.w_status, self.loss_chart, self.pred_chart, self.meas_chart, self.out])
+        for out, fig in ((self.loss_chart, self.loss_fig), (self.pred_chart, self.pred_fig),
+                         (self.meas_chart, self.meas_fig)):
+            show_figure(out, fig)
         self._on_state(None)
 
     def start(self, *, wait: bool = False, timeout: float | None = None) -> None:
@@ -136,6 +145,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         with self.loss_fig.batch_update():
             for tr in self.loss_fig.data:
                 tr.x, tr.y = [], []
+        show_figure(self.loss_chart, self.loss_fig)
         self.status = f"launching {self.w_model.value} for {self.w_steps.value} steps on {self.w_devices.value}…"
         self.handle = launch(self.plan, model=self.model if self.model is not None else self.w_model.value,
                              steps=int(self.w_steps.value),
@@ -216,6 +226,7 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
             if st is not None:
                 tr = self.loss_fig.data[1]
                 tr.x, tr.y = tuple(tr.x or ()) + (step,), tuple(tr.y or ()) + (float(st),)
+        show_figure(self.loss_chart, self.loss_fig)
         self.step = int(step)
         if loss is not None:
             self.loss = float(loss)
@@ -236,18 +247,16 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         # a speedup against the prediction only means something in the same unit (a profiled
         # problem, in ms); the uniform reference costs have no unit
         base = ("predicted", pred) if self.problem is not None else None
-        title = f"measured (ms), step {step}"
+        title = f"measured, step {step}"
         if tl.peak_memory_measured and self.problem is not None:
-            title += " · predicted peak " + " / ".join(f"{p:.4g}" for p in self.predicted.metrics.peak_memory)
-        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=title,
-                           width=self.pred_fig.layout.width)
+            title += " · predicted peak " + " / ".join(f"{p:,.4g}" for p in self.predicted.metrics.peak_memory) + " MiB"
+        fig = gantt_figure(tl, metrics=m, memory=False, baseline=base, title=title)
         span = max(pred, m.makespan)
-        with self.meas_fig.batch_update():
-            self.meas_fig.data = []
-            self.meas_fig.add_traces(list(fig.data))
-            self.meas_fig.layout.update(fig.layout.to_plotly_json())
-            self.meas_fig.layout.xaxis.range = [0, span]
-        self.pred_fig.layout.xaxis.range = [0, span]
+        fig.update_xaxes(range=[0, span])
+        self.meas_fig = fig
+        self.pred_fig.update_xaxes(range=[0, span])
+        show_figure(self.meas_chart, self.meas_fig)
+        show_figure(self.pred_chart, self.pred_fig)
 
     def refit(self) -> Problem:
         """Calibrate the cost model on this run's measured timelines (``kernel_runtime.calibrate``,
@@ -262,12 +271,8 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         before = self.predicted.makespan
         self.fitted = calibrate(tls[1:] or tls, self.plan, self.problem)
         self.predicted = simulate(self.plan, self.fitted)
-        fig = gantt_figure(self.predicted, title="predicted (re-fitted from the run)", memory=False,
-                           width=self.pred_fig.layout.width)
-        with self.pred_fig.batch_update():
-            self.pred_fig.data = []
-            self.pred_fig.add_traces(list(fig.data))
-            self.pred_fig.layout.update(fig.layout.to_plotly_json())
+        self.pred_fig = gantt_figure(self.predicted, title="predicted (re-fitted from the run)", memory=False)
+        show_figure(self.pred_chart, self.pred_fig)
         self.status = (f"re-fitted from {len(tls)} step(s): predicted makespan {before:.4g} → "
                        f"{self.predicted.makespan:.4g} (panel.fitted holds the problem)")
         return self.fitted

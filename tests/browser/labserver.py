@@ -1,6 +1,6 @@
 """Start a throw-away JupyterLab for a real-browser check (used by the browser tests and
 ``benchmarks/bench_ui.py``): free localhost port, its own token, fresh config/settings/workspace
-dirs (no old tabs reopen, no news pop-up), the repository on the kernel's PYTHONPATH."""
+dirs (no old tabs reopen), the shipped ``jupyter/lab-settings``, the repository on the kernel's PYTHONPATH."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +15,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = ROOT / "jupyter" / "lab-settings"
+EXTENSIONS = ROOT / "jupyter" / "labextensions"
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--disable-dev-shm-usage"]
@@ -44,14 +46,12 @@ def running_lab(nbdir: Path, base: Path, timeout: float = 90.0):
                PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
                JUPYTER_CONFIG_DIR=str(base / "config"), JUPYTER_RUNTIME_DIR=str(base / "runtime"),
                JUPYTERLAB_SETTINGS_DIR=str(base / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"))
-    # no news/update pop-ups (the machine is offline; they would cover the page)
-    note = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    note.parent.mkdir(parents=True, exist_ok=True)
-    note.write_text('{"fetchNews": "false", "checkForUpdates": false}')
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.token={token}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={nbdir}",
            f"--LabApp.user_settings_dir={base / 'settings'}", f"--LabApp.workspaces_dir={base / 'ws'}",
-           "--LabApp.expose_app_in_browser=True", "--LabServerApp.announcements_url="]
+           "--LabApp.expose_app_in_browser=True",
+           # the product's shipped settings and lab extension (scripts/lab.sh uses the same)
+           f"--LabApp.app_settings_dir={SETTINGS}", f"--LabApp.extra_labextensions_path={EXTENSIONS}"]
     logpath = base / "jupyter.log"
     with open(logpath, "w") as log:
         proc = subprocess.Popen(cmd, cwd=nbdir, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -77,12 +77,45 @@ def running_lab(nbdir: Path, base: Path, timeout: float = 90.0):
                 proc.kill()
 
 
-def open_and_run(page, lab: dict, notebook: str, wait_selector: str, timeout_ms: int = 240_000) -> None:
-    """Open ``notebook`` in JupyterLab, run all cells, wait for ``wait_selector`` to be attached."""
+_KERNEL_STATE = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const dialog = document.querySelector('.jp-Dialog');
+  return {kernel: k ? k.status : null, connection: k ? k.connectionStatus : null,
+          dialog: dialog ? dialog.innerText.slice(0, 200) : null};
+}"""
+
+
+def wait_kernel_idle(page, timeout_s: float = 180.0) -> dict:
+    """Wait until the current notebook's kernel is connected and idle; fail at once on a dialog.
+
+    Why: JupyterLab's Run All on a notebook whose session has no kernel yet starts one itself, racing
+    the notebook's own start (the older kernel is shut down mid-import, the cells are dropped) or asks
+    with a "Select Kernel" dialog. On a cold machine the notebook shows seconds before its kernel.
+    """
+    deadline = time.time() + timeout_s
+    state: dict = {}
+    while time.time() < deadline:
+        state = page.evaluate(_KERNEL_STATE)
+        if state["dialog"]:
+            raise AssertionError(f"a dialog opened while the notebook's kernel started: {state['dialog']!r}")
+        if state["kernel"] == "idle" and state["connection"] == "connected":
+            return state
+        time.sleep(0.25)
+    raise AssertionError(f"the notebook's kernel was not idle after {timeout_s:.0f} s: {state}")
+
+
+def open_notebook(page, lab: dict, notebook: str) -> None:
+    """Open ``notebook`` in JupyterLab (fresh workspace) and wait for its kernel to be idle."""
     page.goto(f"{lab['url']}/lab/tree/{notebook}?token={lab['token']}&reset")
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
     page.locator(".jp-Notebook").first.wait_for(state="visible", timeout=120_000)
-    time.sleep(2.0)  # let the kernel connect before running
+    wait_kernel_idle(page)
+
+
+def open_and_run(page, lab: dict, notebook: str, wait_selector: str, timeout_ms: int = 240_000) -> None:
+    """Open ``notebook``, wait for its kernel, run all cells, wait for ``wait_selector`` to be attached."""
+    open_notebook(page, lab, notebook)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     page.locator(wait_selector).first.wait_for(state="attached", timeout=timeout_ms)
 

@@ -38,6 +38,8 @@ def test_cli_train_check_reference(tmp_path):
     assert peak[0].count("predicted") == 2
     assert lines[-1].startswith("max_grad_diff=")
     assert float(lines[-1].split("=")[1]) <= 1e-10
+    # no silent start: progress while the workers start (stderr), before the first step
+    assert "starting 2 worker processes..." in out.stderr
 
 
 def test_cli_refuses_bad_input():
