@@ -77,8 +77,8 @@ def _note_unit_costs(args, problem) -> None:
 
 def _cmd_simulate(args) -> int:
     plan, problem = _load(args)
-    _note_unit_costs(args, problem)
     res = simulate(plan, problem, comm=args.comm)
+    _note_unit_costs(args, problem)       # after the plan proved valid: a refusal stays one line
     m = res.metrics
     limit = problem.memory_limit if problem is not None else None
     if args.json:
@@ -95,8 +95,8 @@ def _cmd_simulate(args) -> int:
 
 def _cmd_show(args) -> int:
     plan, problem = _load(args)
-    _note_unit_costs(args, problem)
     res = simulate(plan, problem, comm=args.comm)
+    _note_unit_costs(args, problem)
     name = plan.meta.get("name", args.plan)
     print(f"{name}: {plan.ranks} ranks, {plan.schedule.num_stages} stages, {plan.microbatches} microbatches")
     print(render_grid(plan.schedule, width=args.steps))

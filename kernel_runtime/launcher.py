@@ -387,14 +387,11 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     ``loss_fn``) or a picklable factory returning one. ``data``: None (synthetic), ``(x, y)``, a
     list of them, or a picklable ``step -> (x, y)``. ``config``: a ``LaunchConfig`` (steps,
     devices, optimizer, timing, handlers, ...); keyword ``fields`` override its fields by name.
-    ``dp`` (a LaunchConfig field): data-parallel replicas of the pipeline; world = plan ranks x dp
-    processes, pipeline rank r of replica d is global rank d * ranks + r; replica d trains on the
-    d-th share of each batch and stage gradients are all-reduced across replicas
-    (``kernel_runtime.dp``). With ``devices="cuda"`` and fewer GPUs than processes, processes
-    share GPUs and messages go through host memory over gloo (exact, but timings are not
-    representative: a warning says so).
-    ``config.timeout`` bounds a receive and one action's compute: past it the run stops and the
-    error names the stuck rank and action (the launcher's watchdog).
+    ``dp`` (a LaunchConfig field): data-parallel replicas; world = ranks x dp processes, pipeline
+    rank r of replica d is global rank d * ranks + r (``kernel_runtime.dp``). With fewer GPUs than
+    processes they share GPUs, messages staged through host memory (a warning says timings are not
+    representative). ``config.timeout`` bounds a receive and one action's compute: past it the
+    run stops and the error names the stuck rank and action (the launcher's watchdog).
     """
     cfg = config_with(config, **fields)
     from .hf import as_model

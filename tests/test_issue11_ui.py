@@ -78,7 +78,7 @@ def test_plan_without_problem_says_unit_costs(tmp_path, capsys):
 
 def test_auto_rejects_bad_overrides(capsys):
     assert main(["auto", "--preset", "gpt", "--ranks", "0", "-o", "/tmp/x.json"]) == 2
-    assert "--ranks must be >= 1" in capsys.readouterr().err
+    assert "argument --ranks: must be >= 1" in capsys.readouterr().err
 
 
 def test_import_torch_reports_progress(tmp_path, capsys):
