@@ -8,11 +8,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("flexpipe_ui", "kernel_runtime")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 120
-EXEMPT_FUNCTIONS = {
-    # dsl/scheduler.py's list scheduler is being split into named steps (issue 14, the `cost`
-    # helper's branch); remove this exemption when that lands.
-    "flexpipe_ui/dsl/scheduler.py::list_schedule",
-}
 
 
 def _files():
@@ -33,6 +28,6 @@ def test_functions_are_short():
         for node in ast.walk(ast.parse(p.read_text(), filename=rel)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES and f"{rel}::{node.name}" not in EXEMPT_FUNCTIONS:
+                if n > MAX_FUNCTION_LINES:
                     long.append(f"{rel}::{node.name} ({n} lines, line {node.lineno})")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
