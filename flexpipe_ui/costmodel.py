@@ -18,8 +18,9 @@ extra terms, each neutral when absent:
 - ``comm_cpu``: that fraction of each cross-rank message's transfer time (``out / bandwidth``)
   also lengthens the action that sends it and the action that receives it (CPU/gloo copies run
   on the ranks' own cores);
-- layer ``act_w``: after I only ``act_w`` of the activation stays until W; the rest
-  (``act − act_w``) is freed at I's end;
+- layer ``act_w``: after I, ``act_w`` stays until W: ``act − act_w`` is freed at I's end (a
+  negative amount, i.e. an allocation, when I leaves more behind than F did, e.g. the gradients
+  a deferred W needs);
 - ``dp``, ``dp_bandwidth``, layer ``grad``: with dp > 1 replicas each stage's gradient all-reduce
   costs ``2 (dp − 1) / dp · grad / dp_bandwidth``; it starts after the stage's last W/B, runs on its
   rank's own all-reduce lane (one at a time, in the order they become ready) and the step ends when
@@ -29,6 +30,7 @@ extra terms, each neutral when absent:
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -169,10 +171,14 @@ def _split_release(kind: Kind) -> int:
     return 0
 
 
-def stage_memory(kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts
+def stage_memory(kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts, *, relaxed: bool = False
                  ) -> list[dict[str, tuple[float, float]]]:
-    """Per stage, kind name → (MiB allocated at start, MiB changed at end) of one microbatch."""
+    """Per stage, kind name → (MiB allocated at start, MiB changed at end) of one microbatch.
+    ``relaxed``: ``act_w`` capped at ``act`` (what I leaves above F's allocation is not counted), for
+    models that need every change to be a free and may under-count (the exact polish's bound)."""
     units = kind_memory_units(kinds_per_stage)
+    if relaxed and costs.act_w is not None:
+        costs = replace(costs, act_w=np.minimum(costs.act_w, costs.act))
     if costs.act_w is None:
         return [{k: (float(costs.act[s]) * ms, float(costs.act[s]) * me) for k, (ms, me) in eff.items()}
                 for s, eff in enumerate(units)]

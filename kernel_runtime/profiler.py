@@ -256,7 +256,7 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         b = 0.0 if u["deferred"] else less(u["b"], "I")
         layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
                        "mem": res["params"][i] * state_factor / _MIB, "name": name})
-        extras.append({"bw": less(u["bw"], "B"), "act_w": min(u["act_w"], u["act"]) / _MIB,    # ≤ act (part of it)
+        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB,
                        "out": u["out"] / _MIB,
                        "grad": res["grads"][i] / _MIB})
     c = res["comm"]

@@ -237,7 +237,7 @@ def _memory(m, g, start, end, costs, limit: float, horizon: int, ranks_to_cap) -
         for k in acts:
             if k not in kps[s]:
                 kps[s].append(k)
-    effects = stage_memory(kps, costs)
+    effects = stage_memory(kps, costs, relaxed=True)
     per_rank: dict[int, tuple[list, list]] = {}
     for (s, mb), acts in holder.items():
         f = acts.get("F")

@@ -99,12 +99,12 @@ def test_calibrate_refuses_timelines_of_another_plan():
 def test_cost_fields_round_trip_through_a_problem_file(tmp_path):
     d = problem_dict(_base(3))
     p = _with_cost_fields(d, bandwidth=2.5, overhead={"F": 0.1, "I": 0.2, "W": 0.05, "B": 0.2}, comm_cpu=0.3,
-                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 1.5}, {"out": 0.5}, {"bw": None}])
+                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0}, {"out": 0.5}, {"bw": None}])
     path = tmp_path / "p.json"
     save_problem(p, path)
     cf = cost_fields(load_problem(path))
     assert cf["bandwidth"] == 2.5 and cf["comm_cpu"] == 0.3 and cf["overhead"]["I"] == 0.2
-    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 1.5}
+    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0}
     assert cf["layers"][1]["out"] == 0.5 and cf["layers"][2]["bw"] is None
     assert cost_fields(_base(2))["overhead"] == {} and cost_fields(_base(2))["bandwidth"] is None
 
