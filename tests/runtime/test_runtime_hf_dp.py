@@ -106,7 +106,15 @@ def test_torchrun_with_dp(tmp_path):
     out = subprocess.run(cmd, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True,
                          text=True, timeout=420)   # 4 cold torch imports on a fresh venv
     assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+    # four processes share stdout and print() writes a line's text and its newline separately, so
+    # two objects can land on one line: read every JSON object in the text
+    dec, steps, i = json.JSONDecoder(), [], 0
+    while (j := out.stdout.find("{", i)) != -1:
+        try:
+            obj, i = dec.raw_decode(out.stdout, j)
+            steps.append(obj)
+        except json.JSONDecodeError:
+            i = j + 1
     assert sorted((s["replica"], s["step"]) for s in steps) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     reports = {p.name for p in tmp_path.glob("rank*.jsonl")}
     assert reports == {f"rank{g}.jsonl" for g in range(4)}
