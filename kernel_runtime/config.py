@@ -6,7 +6,7 @@ equally, ``launch(plan, model=m, steps=5)`` (keywords are field names). Torch-fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 __all__ = ["LaunchConfig", "config_with"]
@@ -50,12 +50,5 @@ class LaunchConfig:
 
 def config_with(config: LaunchConfig | None, **overrides) -> LaunchConfig:
     """``config`` (default ``LaunchConfig()``) with ``overrides``, which must be field names."""
-    config = LaunchConfig() if config is None else config
-    if not isinstance(config, LaunchConfig):
-        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
-    names = {f.name for f in fields(LaunchConfig)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise TypeError(f"launch() got unknown keyword(s) {unknown}; LaunchConfig fields are "
-                        f"{', '.join(sorted(names))}")
-    return replace(config, **overrides) if overrides else config
+    from flexpipe_ui.configs import config_with_fields
+    return config_with_fields(LaunchConfig, config, overrides, arg="config", caller="launch")

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..problem import Problem
@@ -42,17 +42,11 @@ class SearchOptions:
 
 def options_with(options: SearchOptions | None, **overrides) -> SearchOptions:
     """``options`` (default ``SearchOptions()``) with ``overrides``, which must be field names."""
-    options = SearchOptions() if options is None else options
-    if not isinstance(options, SearchOptions):
-        raise TypeError(f"options must be a SearchOptions, not {type(options).__name__}")
-    names = {f.name for f in fields(SearchOptions)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise TypeError(f"auto_search() got unknown keyword(s) {unknown}; SearchOptions fields are "
-                        f"{', '.join(sorted(names))} (to cancel, pass stop=event.is_set)")
+    from ..configs import config_with_fields
     if "chunks" in overrides:
         overrides["chunks"] = tuple(overrides["chunks"])
-    return replace(options, **overrides) if overrides else options
+    return config_with_fields(SearchOptions, options, overrides, arg="options", caller="auto_search",
+                              hint=" (to cancel, pass stop=event.is_set)")
 
 
 def default_budget(problem: Problem) -> tuple[int, int]:
