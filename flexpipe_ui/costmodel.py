@@ -21,6 +21,10 @@ extra terms, each neutral when absent:
 - layer ``act_w``: after I, ``act_w`` stays until W: ``act − act_w`` is freed at I's end (a
   negative amount, i.e. an allocation, when I leaves more behind than F did, e.g. the gradients
   a deferred W needs);
+- ``data_input``: the model's first layer is fed data (token ids), so the first stage has no input
+  gradient to send and, as torch's pipelining runtime and ours do, its I does nothing and its W
+  runs the whole fused backward: stage 0's I costs 0 (no overhead), its W the fused ``bw``
+  (+ B's overhead), and its activation is held whole until W (``fold_data_input``);
 - ``dp``, ``dp_bandwidth``, layer ``grad``: with dp > 1 replicas each stage's gradient all-reduce
   costs ``2 (dp − 1) / dp · grad / dp_bandwidth``; it starts after the stage's last W/B, runs on its
   rank's own all-reduce lane (one at a time, in the order they become ready) and the step ends when
@@ -30,20 +34,59 @@ extra terms, each neutral when absent:
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from .kinds import Kind, get_kind
-from .problem import StageCosts
+from .kinds import Kind, StageCost, get_kind
 
-__all__ = ["FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
+__all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
            "action_durations", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
            "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
-           "least_hold", "plain_times"]
+           "least_hold", "plain_times", "fold_data_input"]
+
+@dataclass(frozen=True, eq=False)
+class StageCosts:
+    """Per-virtual-stage costs (arrays indexed by stage) and the cross-rank latency."""
+
+    f: np.ndarray
+    b: np.ndarray
+    w: np.ndarray
+    act: np.ndarray
+    mem: np.ndarray
+    comm: float = 0.0
+    # optional cost-model terms (``costmodel`` reads them; None / neutral: contract 4 exactly)
+    bw: np.ndarray | None = None
+    """Fused backward time per stage (None: b + w)."""
+    act_w: np.ndarray | None = None
+    """Activation held after I until W per stage (None: act)."""
+    out: np.ndarray | None = None
+    """MiB a stage sends onward (its last layer's ``out``), None: messages cost ``comm`` only."""
+    grad: np.ndarray | None = None
+    """MiB of gradients per stage (the data-parallel all-reduce)."""
+    bandwidth: float | None = None
+    overhead: float | Mapping[str, float] | None = None
+    comm_cpu: float = 0.0
+    dp: int = 1
+    dp_bandwidth: float | None = None
+    data_input: bool = False
+    """Stage 0 is fed data: its I is a no-op, its W the fused backward (``costmodel.fold_data_input``)."""
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.f)
+
+    def stage(self, s: int) -> StageCost:
+        return StageCost(float(self.f[s]), float(self.b[s]), float(self.w[s]),
+                         float(self.act[s]), float(self.mem[s]),
+                         None if self.bw is None else float(self.bw[s]))
+
+    def with_comm(self, comm: float) -> "StageCosts":
+        return replace(self, comm=float(comm))
+
 
 FIT_TOL = 1e-9
 """Relative tolerance (absolute below 1) of "peak fits the cap": float sums of activations may
@@ -86,6 +129,14 @@ def duration_table(kinds: Sequence[Kind], costs: StageCosts) -> np.ndarray:
             tab[k, s] = kind.cost(sc)
     if costs.overhead is not None:
         tab = tab + np.array([overhead_of(k, costs) for k in kinds])[:, None]
+        if costs.data_input and S:      # stage 0's I is a no-op; its W is a fused backward
+            fused = get_kind("B")
+            for k, kind in enumerate(kinds):
+                role = _split_release(kind)
+                if role == 1:
+                    tab[k, 0] -= overhead_of(kind, costs)
+                elif role == -1:
+                    tab[k, 0] += overhead_of(fused, costs) - overhead_of(kind, costs)
     if (tab < 0).any():
         k, s = np.argwhere(tab < 0)[0]
         raise ValueError(f"kind {kinds[k].name} has negative duration {tab[k, s]} on stage {s}")
@@ -139,6 +190,23 @@ def action_durations(g, costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
         busy = costs.comm_cpu * transfer_time(costs, *ends)
         dur = dur + np.bincount(g.src, weights=busy, minlength=n) + np.bincount(g.dst, weights=busy, minlength=n)
     return dur, lat
+
+
+def fold_data_input(costs: StageCosts) -> StageCosts:
+    """The first stage fed by data (``data_input``): its I costs nothing, its W the fused backward
+    (``bw``, or b + w), and it keeps its whole activation until W (``act_w`` = ``act``). Measured
+    on CPU: that stage's I took 5 µs and its W the time of a fused B (docs/cost_model.md)."""
+    if not costs.data_input or not costs.num_stages:
+        return costs
+    b, w = np.array(costs.b, float), np.array(costs.w, float)
+    w[0] = fused_backward(costs)[0]
+    b[0] = 0.0
+    out = {"b": b, "w": w}
+    if costs.act_w is not None:
+        act_w = np.array(costs.act_w, float)
+        act_w[0] = costs.act[0]
+        out["act_w"] = act_w
+    return replace(costs, **out)
 
 
 # ---------------------------------------------------------------- memory

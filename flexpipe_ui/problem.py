@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .costmodel import StageCosts, fold_data_input
 from .jsonio import read_json, write_json
-from .kinds import StageCost
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
 __all__ = ["Layer", "Problem", "ProblemError", "StageCosts", "load_problem", "save_problem",
@@ -83,6 +83,9 @@ class Problem:
     """Data-parallel replicas of the pipeline; None: 1 (no gradient all-reduce)."""
     dp_bandwidth: float | None = None
     """MiB per time unit of the data-parallel all-reduce (required when dp > 1)."""
+    data_input: bool | None = None
+    """True when the first layer is fed data (token ids), not an activation needing a gradient:
+    the first stage's I is then a no-op and its W runs the fused backward (``costmodel``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -105,8 +108,9 @@ class Problem:
                          sum(l.act for l in ls), sum(l.mem for l in ls)))
         a = np.array(rows, dtype=float).reshape(-1, 5)
         extra = _stage_extras(self, partition) if self.has_cost_terms else {}
-        return StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm,
-                          **extra)
+        costs = StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm,
+                           **extra)
+        return fold_data_input(costs)
 
     @property
     def has_cost_terms(self) -> bool:
@@ -234,10 +238,14 @@ def _problem_terms(d: dict, source: str) -> dict:
         out["dp"] = _num(d["dp"], f"{source}: 'dp'", integer=True, minimum=1)
     if d.get("dp_bandwidth") is not None:
         out["dp_bandwidth"] = _num(d["dp_bandwidth"], f"{source}: 'dp_bandwidth'", strict=True)
+    if d.get("data_input") is not None:
+        if not isinstance(d["data_input"], bool):
+            raise ProblemError(f"{source}: 'data_input' must be true or false, got {d['data_input']!r}")
+        out["data_input"] = d["data_input"]
     return out
 
 
-_PROBLEM_TERMS = ("bandwidth", "overhead", "comm_cpu", "dp", "dp_bandwidth")
+_PROBLEM_TERMS = ("bandwidth", "overhead", "comm_cpu", "dp", "dp_bandwidth", "data_input")
 _LAYER_TERMS = ("out", "bw", "act_w", "grad")
 
 
@@ -259,7 +267,7 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
     if isinstance(overhead, Mapping):
         overhead = dict(overhead)
     return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
-            "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth}
+            "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input)}
 
 
 def _check_problem(p: Problem) -> None:
@@ -311,6 +319,8 @@ def _check_terms(p: Problem) -> None:
                 raise ProblemError(f"'overhead', kind {k!r}: must be a finite number >= 0, got {v!r}")
     elif ov is not None and not _nonneg(ov):
         raise ProblemError(f"'overhead' must be a number >= 0 or a mapping kind -> number, got {ov!r}")
+    if p.data_input is not None and not isinstance(p.data_input, bool):
+        raise ProblemError(f"'data_input' must be True or False, got {p.data_input!r}")
     if p.comm_cpu is not None and not (_nonneg(p.comm_cpu) and p.comm_cpu <= 1):
         raise ProblemError(f"'comm_cpu' must be a fraction in 0..1, got {p.comm_cpu!r}")
     if p.dp is not None:
@@ -328,44 +338,6 @@ def load_problem(path: str | Path) -> Problem:
 
 def save_problem(problem: Problem, path: str | Path) -> None:
     write_json(problem.to_dict(), path)
-
-
-@dataclass(frozen=True, eq=False)
-class StageCosts:
-    """Per-virtual-stage costs (arrays indexed by stage) and the cross-rank latency."""
-
-    f: np.ndarray
-    b: np.ndarray
-    w: np.ndarray
-    act: np.ndarray
-    mem: np.ndarray
-    comm: float = 0.0
-    # optional cost-model terms (``costmodel`` reads them; None / neutral: contract 4 exactly)
-    bw: np.ndarray | None = None
-    """Fused backward time per stage (None: b + w)."""
-    act_w: np.ndarray | None = None
-    """Activation held after I until W per stage (None: act)."""
-    out: np.ndarray | None = None
-    """MiB a stage sends onward (its last layer's ``out``), None: messages cost ``comm`` only."""
-    grad: np.ndarray | None = None
-    """MiB of gradients per stage (the data-parallel all-reduce)."""
-    bandwidth: float | None = None
-    overhead: float | Mapping[str, float] | None = None
-    comm_cpu: float = 0.0
-    dp: int = 1
-    dp_bandwidth: float | None = None
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.f)
-
-    def stage(self, s: int) -> StageCost:
-        return StageCost(float(self.f[s]), float(self.b[s]), float(self.w[s]),
-                         float(self.act[s]), float(self.mem[s]),
-                         None if self.bw is None else float(self.bw[s]))
-
-    def with_comm(self, comm: float) -> "StageCosts":
-        return replace(self, comm=float(comm))
 
 
 def uniform_costs(num_stages: int, ranks: int, *, f: float = 1.0, b: float = 1.0, w: float = 1.0,

@@ -275,6 +275,8 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
          "comm": float(comm if comm is not None else (c["latency"] if c else 0.0)), "meta": meta}
     if memory_limit is not None:
         d["memory_limit"] = memory_limit
+    if res["units"][(0,)]["deferred"]:
+        d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None
     if dp > 1:
         # the replicas' all-reduce bandwidth: given, else the point-to-point one measured here

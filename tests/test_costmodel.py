@@ -113,6 +113,24 @@ def test_act_w_above_act_allocates_at_i():
     assert res.metrics.peak_memory == (3.0,)
 
 
+def test_data_input_first_stage_runs_its_backward_in_w():
+    """data_input: stage 0's I is a no-op and its W the fused backward (b + w, or bw), with B's
+    overhead; its activation is held whole until W (act_w ignored there), the other stages as before."""
+    t, _ = _times(SPLIT, _toy(data_input=True))
+    assert t == {"0F0": (0, 1), "1F0": (1.5, 2.5), "1I0": (2.5, 4.5), "1W0": (4.5, 5.5),
+                 "0I0": (5, 5), "0W0": (5, 8)}
+    t, _ = _times(SPLIT, _toy(layer={0: {"bw": 2.0}}, data_input=True))
+    assert t["0I0"] == (5, 5) and t["0W0"] == (5, 7)
+    t, _ = _times(SPLIT, _toy(data_input=True, overhead={"F": 0.0, "I": 0.5, "W": 0.125, "B": 0.25}))
+    assert t["1I0"] == (2.5, 5) and t["0I0"] == (5.5, 5.5) and t["0W0"] == (5.5, 8.75)
+    t, _ = _times(FUSED, _toy(layer={0: {"bw": 2.0}}, data_input=True))   # fused B unchanged
+    assert t["0B0"] == (6, 8)
+    prob = _toy(layer={0: {"act_w": 1.0}, 1: {"act_w": 1.0}}, data_input=True)
+    _, res = _times(SPLIT, prob)
+    assert memory_curve(res.timeline, res.costs, 0)[1].tolist() == [0, 4, 0]      # whole until W
+    assert memory_curve(res.timeline, res.costs, 1)[1].tolist() == [0, 4, 1, 0]   # act_w applies
+
+
 def test_data_parallel_allreduce_lane():
     # dp 2: each stage's all-reduce costs 2 (2-1)/2 * grad / 1 = grad; after its last W, own lane
     prob = _toy(layer={0: {"grad": 2.0}, 1: {"grad": 4.0}}, dp=2, dp_bandwidth=1.0)
@@ -177,7 +195,7 @@ def test_fields_round_trip_and_are_written_only_when_set(tmp_path):
     assert set(d) == {"format", "ranks", "microbatches", "comm", "layers"}
     assert set(d["layers"][0]) == {"f", "b", "w", "act", "mem"}
     full = _toy(layer={0: {"out": 1.0, "bw": 2.5, "act_w": 1.0, "grad": 3.0}}, bandwidth=10.0,
-                overhead={"F": 0.1, "B": 0.2}, comm_cpu=0.25, dp=2, dp_bandwidth=5.0)
+                overhead={"F": 0.1, "B": 0.2}, comm_cpu=0.25, dp=2, dp_bandwidth=5.0, data_input=True)
     save_problem(full, tmp_path / "b.json")
     back = load_problem(tmp_path / "b.json")
     assert back == full
@@ -192,6 +210,7 @@ def test_fields_round_trip_and_are_written_only_when_set(tmp_path):
     ({"comm_cpu": 1.5}, r"'comm_cpu'.*0\.\.1"),
     ({"dp": 1.5}, r"'dp'"),
     ({"dp": 2}, r"'dp_bandwidth' is not set"),
+    ({"data_input": "yes"}, r"'data_input' must be true or false"),
     ({"layer1": {"bw": -1}}, r"layer 1, key 'bw'"),
     ({"layer1": {"out": "big"}}, r"layer 1, key 'out'"),
     ({"layer0": {"act_w": -1.0}}, r"layer 0, key 'act_w'"),
@@ -252,7 +271,7 @@ def _with_terms(rng, p: Problem) -> Problem:
                            act_w=rng.uniform(0.0, 1.0) * l.act) for l in p.layers)
     ov = rng.choice([0.3, {"F": 0.1, "I": 0.4, "W": 0.2, "B": 0.5}])
     return replace(p, layers=layers, bandwidth=rng.uniform(1.0, 8.0), overhead=ov,
-                   comm_cpu=rng.choice([0.0, 0.5]))
+                   comm_cpu=rng.choice([0.0, 0.5]), data_input=rng.choice([False, True]))
 
 
 @pytest.mark.parametrize("rules", [Rules(backward="split", priority=("I", "F", "W"), w_policy="fill"),

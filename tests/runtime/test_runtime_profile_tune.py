@@ -31,6 +31,10 @@ def test_profile_measures_every_cost_field_in_worker_processes():
     assert prob.num_layers == n and prob.meta["processes"] == 2 and prob.meta["threads"] >= 1
     assert all(_finite_pos(l.f) and _finite_pos(l.w) and l.act > 0 and l.mem > 0 for l in prob.layers)
     assert prob.layers[0].b == 0.0 and all(_finite_pos(l.b) for l in prob.layers[1:])   # embedding: W does all
+    # token ids in: the first stage's I is a no-op and its W the fused backward, whatever its layers
+    assert prob.data_input is True
+    c2 = prob.stage_costs(((0, 1), (2, 3)))
+    assert c2.b[0] == 0.0 and c2.w[0] == pytest.approx(cf["layers"][0]["bw"] + cf["layers"][1]["bw"])
     for i, e in enumerate(cf["layers"]):
         assert _finite_pos(e["bw"]) and e["act_w"] >= prob.layers[i].act
         assert (e["out"] > 0) if i < n - 1 else e["out"] == 0.0         # the head sends nothing on
