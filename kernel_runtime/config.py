@@ -40,6 +40,10 @@ class LaunchConfig:
     """Report every parameter's gradient with each step (for checks against a reference run)."""
     threads: int | None = None
     """torch threads per worker on CPU (default: the machine's cores divided by the ranks)."""
+    pin_cpus: bool = True
+    """On CPU, pin each worker to its own share of the cores (``kernel_runtime.affinity``), as the
+    profiler does, when there are at least as many cores as workers; ``FLEXPIPE_PIN_CPUS=0`` turns
+    it off everywhere."""
     dp: int = 1
     """Data-parallel replicas of the pipeline: plan ranks x dp processes; global rank d * ranks + r
     is pipeline rank r of replica d; stage gradients are all-reduced across replicas."""

@@ -441,7 +441,7 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     job = Job(tasks=[Task(plan_to_dict(p), cfg.steps, cfg.capture_grads) for p in plans], world=world,
               model=model, loss_fn=cfg.loss_fn, data=data, timed=timed, device=dev, backend=backend,
               dtype=dtype, lr=cfg.lr, optimizer=cfg.optimizer, seed=cfg.seed, timeout=cfg.timeout,
-              threads=threads, master_port=_free_port(), handlers=dict(cfg.handlers),
+              threads=threads, pin_cpus=cfg.pin_cpus, master_port=_free_port(), handlers=dict(cfg.handlers),
               kinds=[kind_fields(user_kinds[k]) for k in sorted(user_kinds)], dp=dp)
     _check_sendable(job)
     ctx = tmp.get_context("spawn")

@@ -54,6 +54,7 @@ class _ProfileJob:
     world: int = 1
     port: int = 29500
     spawned: bool = True
+    pin_cpus: bool = True
 
 
 def _sample(spec, job: _ProfileJob):
@@ -113,6 +114,8 @@ def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
         from datetime import timedelta
         if job.threads:
             torch.set_num_threads(job.threads)
+        from .affinity import pin_worker
+        pin_worker(rank, job.world, job.device, job.pin_cpus)     # as the launcher pins its workers
         between = None
         if job.world > 1:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -198,7 +201,7 @@ def _spread(samples: dict) -> float:
 
 
 def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
-            microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 7,
+            microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 21,
             warmup: int = 2, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
             comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
             processes: int | None = None, stages: Sequence[Sequence[int]] = (),

@@ -102,7 +102,7 @@ def _median_peaks(tls) -> tuple[float, ...]:
 
 def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, steps: int = 4,
          warmup: int = 1, progress: Callable[[TuneEvent], Any] | None = None, devices: str = "cpu",
-         problem: Problem | None = None, time_limit: float = 10.0, repeats: int = 7,
+         problem: Problem | None = None, time_limit: float = 10.0, repeats: int = 21,
          threads: int | None = None, memory_limit: float | None = None, seed: int = 0,
          timeout: float = 120.0, search: dict | None = None) -> TuneResult:
     """Tune a plan for ``model`` on ``ranks`` ranks × ``microbatches`` microbatches (see module).

@@ -50,6 +50,7 @@ class Job:
     seed: int = 0
     timeout: float = 60.0
     threads: int | None = None
+    pin_cpus: bool = True
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     loopback: bool = True          # one machine: the rendezvous store and gloo listen on 127.0.0.1 only
@@ -202,6 +203,9 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     from .models import as_spec
     from .transport import ChannelGroups
 
+    from .affinity import pin_worker
+    pin_worker(rank if local_rank is None else local_rank,
+               int(os.environ.get("LOCAL_WORLD_SIZE", job.world)), job.device, job.pin_cpus)
     if job.threads:
         torch.set_num_threads(job.threads)
     dtype = _dtype(job.dtype)

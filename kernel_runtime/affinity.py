@@ -1,0 +1,40 @@
+"""Pin each CPU worker to its own cores, the same way in profiling and in runs.
+
+On the 2-core development machine, unpinned workers were sometimes scheduled onto the same core:
+three profiles of the same model in a row gave stage totals 27-42 ms (±25% of their median) and
+the per-action overhead moved with them; pinned, five profiles in a row agreed within 6% and every
+layer ran faster (docs/cost_model.md, "Noise on this machine"). A prediction is only as true as the
+run resembles the profile, so the launcher's workers are pinned by the same rule.
+
+Rule: the process's allowed CPUs, split into ``local_world`` equal contiguous shares; local rank r
+gets share r. Nothing is pinned on CUDA, when there are more local workers than CPUs, when the
+platform has no ``sched_setaffinity``, or when ``FLEXPIPE_PIN_CPUS=0``.
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["cpu_share", "pin_worker"]
+
+
+def cpu_share(local_rank: int, local_world: int, cpus: list[int]) -> list[int] | None:
+    """The CPUs of ``local_rank`` among ``local_world`` workers sharing ``cpus`` (None: no pinning)."""
+    if local_world < 1 or not 0 <= local_rank < local_world or len(cpus) < local_world:
+        return None
+    share = len(cpus) // local_world
+    return sorted(cpus)[local_rank * share:(local_rank + 1) * share]
+
+
+def pin_worker(local_rank: int, local_world: int, device: str = "cpu", enabled: bool = True) -> list[int] | None:
+    """Restrict this process to its share of the CPUs; the CPUs pinned, or None when left alone."""
+    if (not enabled or device != "cpu" or os.environ.get("FLEXPIPE_PIN_CPUS", "1") == "0"
+            or not hasattr(os, "sched_setaffinity")):
+        return None
+    mine = cpu_share(local_rank, local_world, list(os.sched_getaffinity(0)))
+    if mine is None:
+        return None
+    try:
+        os.sched_setaffinity(0, mine)
+    except OSError:                     # a container may forbid it: run unpinned
+        return None
+    return mine
