@@ -119,9 +119,10 @@ def main(argv=None) -> int:
             evs = [e for e in h.step_events if e.plan_index == i]
             steady = durations([e.timeline for e in evs[1:]])
             first = durations([evs[0].timeline])
+            model = durations([simulate(plan, conc).timeline])   # the cost model's own durations
             for (s, k), d in sorted(steady.items()):
                 lay = plan.partition[s]
-                pa, pc, pw = predicted(alone, lay, k), predicted(conc, lay, k), whole(conc, lay, k)
+                pa, pc, pw = predicted(alone, lay, k), model[(s, k)], whole(conc, lay, k)
                 summary.setdefault(k, []).append((d, pc, pa))
                 print(f"{n:<18} {s:>2} {f'{lay[0]}-{lay[-1]}':<9} {k:<4} {d:>8.3f} {first[(s, k)]:>8.3f} "
                       f"{pa:>8.3f} {pc:>8.3f} {(f'{pw:.3f}' if pw is not None else '-'):>8} {d / max(pc, 1e-9):>9.2f}")

@@ -125,6 +125,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         self._baseline = self._make_baseline(baseline)
 
         self.editor = GanttEditor()
+        self.editor.unit_costs = self.unit_costs
         self.header = w.HTML()
         self.legend = w.HTML(_legend_html(plan.schedule, self.unit_costs))
         self.status = w.HTML()

@@ -23,7 +23,13 @@ function niceStep(span, n) {
 }
 
 function fmt(v) {
-  return Math.abs(v) >= 100 ? v.toFixed(0) : Number(v.toPrecision(4)).toString();
+  // thousands separated, never scientific notation (memory in MiB reaches 1e5)
+  if (Math.abs(v) >= 100) return Math.round(v).toLocaleString("en-US");
+  return Number(v.toPrecision(4)).toString();
+}
+
+function withUnit(v, unit) {
+  return unit ? `${fmt(v)} ${unit}` : fmt(v);
 }
 
 function render({ model, el }) {
@@ -51,11 +57,12 @@ function render({ model, el }) {
     const laneH = R > 12 ? 18 : 26;
     const memH = d.memory && d.memory.length ? (R > 8 ? 26 : 36) : 0;
     const T = Math.max(d.makespan || 0, 1e-9);
+    const tu = (d.units && d.units.time) || "", mu = (d.units && d.units.memory) || "";
     const plotW = W - left - right;
     const sx = (t) => left + (plotW * t) / T;
     const ganttBottom = top + R * laneH;
     const axisY = ganttBottom + 16;
-    const memTop = axisY + 10;
+    const memTop = axisY + 22;
     const H = memTop + R * memH + (memH ? 6 : 0);
     svg.setAttribute("width", W);
     svg.setAttribute("height", H);
@@ -78,6 +85,8 @@ function render({ model, el }) {
       const tx = mk("text", { x: sx(t), y: axisY, "text-anchor": "middle" }, ax);
       tx.textContent = fmt(t);
     }
+    const axTitle = mk("text", { x: left + plotW, y: axisY + 13, "text-anchor": "end", class: "fp-axis-title" }, ax);
+    axTitle.textContent = tu ? `time (${tu})` : "time (unit costs)";
     // bars
     const g = mk("g", { class: "fp-bars" }, svg);
     const byRank = Array.from({ length: R }, () => []);
@@ -92,8 +101,9 @@ function render({ model, el }) {
       const rect = mk("rect", { x, y, width: w, height: h, fill: bars.color[i], class: cls,
                                 "data-name": name, "data-rank": r, "data-index": bars.index[i] }, g);
       const tip = mk("title", {}, rect);
-      tip.textContent = `${name} (stage ${bars.stage[i]}, mb ${bars.label[i]})\nstart ${fmt(s)} · end ${fmt(e)}` +
-        (bars.mem ? `\nmemory ${fmt(bars.mem[i])}` : "");
+      tip.textContent = `${name} (stage ${bars.stage[i]}, mb ${bars.label[i]})\n` +
+        `start ${withUnit(s, tu)} · end ${withUnit(e, tu)} · dur ${withUnit(e - s, tu)}` +
+        (bars.mem ? `\nmemory ${withUnit(bars.mem[i], mu)}` : "");
       if (w >= 9 && n <= 4000 && !side) {
         const lb = mk("text", { x: x + w / 2, y: y + h / 2 + 3.5, "text-anchor": "middle", class: "fp-label" }, g);
         lb.textContent = bars.label[i];
@@ -128,7 +138,7 @@ function render({ model, el }) {
         const lab = mk("text", { x: left - 6, y: y0 + memH / 2 + 2, "text-anchor": "end", class: "fp-memlab" }, mg);
         lab.textContent = `mem r${r}`;
         const pk = mk("text", { x: left + plotW - 2, y: y0 + 9, "text-anchor": "end", class: "fp-memlab" }, mg);
-        pk.textContent = `peak ${fmt(Math.max(...c.v))}`;
+        pk.textContent = `peak ${withUnit(Math.max(...c.v), mu)}`;
       }
     }
     for (const row of byRank) row.sort((a, b) => a.c - b.c);

@@ -15,6 +15,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from ..gantt import units
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
@@ -37,8 +38,9 @@ _CSS = """
 
 
 def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: Sequence[int] | None = None,
-                  memory_limit: float | None = None, version: int = 0) -> dict:
-    """The ``data`` trait for a timeline: per-bar arrays, memory curves per rank, scale."""
+                  memory_limit: float | None = None, version: int = 0, unit_costs: bool = False) -> dict:
+    """The ``data`` trait for a timeline: per-bar arrays, memory curves per rank, scale, and the
+    units the page writes on the axis, the hover and the peaks (none for unit costs)."""
     n = len(tl.actions)
     if positions is None:
         positions = np.zeros(n, int)
@@ -65,8 +67,10 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
         for times, vals in curves:
             keep = np.r_[times[1:] != times[:-1], True] if len(times) > 1 else np.ones(len(times), bool)
             memory.append({"t": np.round(times[keep], 9).tolist(), "v": np.round(vals[keep], 6).tolist()})
+    tu, mu = units(unit_costs)
     return {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
-            "memory_limit": memory_limit, "version": int(version)}
+            "memory_limit": memory_limit, "version": int(version),
+            "units": {"time": tu.strip(), "memory": mu.strip()}}
 
 
 class GanttEditor(anywidget.AnyWidget):
@@ -92,6 +96,9 @@ class GanttEditor(anywidget.AnyWidget):
     width = traitlets.Int(0).tag(sync=True)
     """Fallback width in px when the page has not laid the widget out yet (0: 900)."""
 
+    unit_costs = False
+    """Python side only: the timelines shown come from unit costs (no problem), so no units."""
+
     def show(self, tl: Timeline, costs: StageCosts | None = None, *, positions=None,
              memory_limit: float | None = None, highlight: Sequence[str] = ()) -> None:
         """Draw a timeline (bumps the version, so the browser redraws even if nothing moved)."""
@@ -99,7 +106,7 @@ class GanttEditor(anywidget.AnyWidget):
         with self.hold_trait_notifications():
             self.highlight = list(map(str, highlight))
             self.data = pack_timeline(tl, costs, positions=positions, memory_limit=memory_limit,
-                                      version=version)
+                                      version=version, unit_costs=self.unit_costs)
 
     @traitlets.observe("rendered")
     def _on_rendered(self, change) -> None:

@@ -40,7 +40,11 @@ def test_draws_every_bar_with_hover_and_memory(editor_page):
     tip = pg.locator("rect.fp-bar[data-name='2I3'] title").text_content()
     s, e = res.timeline.of("2I3")
     assert tip.startswith("2I3 (stage 2, mb 3)")
-    assert f"start {'%.4g' % s} · end {'%.4g' % e}" in tip and "memory" in tip
+    assert f"start {'%.4g' % s} ms · end {'%.4g' % e} ms · dur {'%.4g' % (e - s)} ms" in tip
+    assert " MiB" in tip.split("memory", 1)[1]
+    # the axis says its unit; peaks carry MiB
+    assert pg.locator(".fp-axis-title").text_content() == "time (ms)"
+    assert all(t.endswith(" MiB") for t in pg.locator(".fp-mem text").all_text_contents() if t.startswith("peak"))
     assert _sets(pg, "rendered")[-1] == 3
     # bar geometry follows time: 0F1 starts where 0F0 ends
     x0 = pg.locator("rect.fp-bar[data-name='0F0']").bounding_box()
@@ -84,3 +88,17 @@ def test_keys_send_commands_and_highlight_draws(editor_page):
         assert _sets(pg, "command")[-1]["cmd"] == cmd
     pg.evaluate("() => window.__fp_model.set('highlight', ['0W0', '0I0'])")
     assert pg.locator("rect.fp-bar.fp-bad").count() == 2
+
+
+def test_unit_costs_say_so_and_big_numbers_are_separated(editor_page):
+    pg, res, data = editor_page
+    big = dict(data, units={"time": "", "memory": ""}, version=data["version"] + 1,
+               memory=[{"t": c["t"], "v": [v * 10000 for v in c["v"]]} for c in data["memory"]],
+               memory_limit=80000.0)
+    pg.evaluate("(d) => window.__fp_draw(d)", big)
+    try:
+        assert pg.locator(".fp-axis-title").text_content() == "time (unit costs)"
+        peaks = [t for t in pg.locator(".fp-mem text").all_text_contents() if t.startswith("peak")]
+        assert peaks and all("e+" not in t and "," in t and "MiB" not in t for t in peaks), peaks
+    finally:
+        pg.evaluate("(d) => window.__fp_draw(d)", dict(data, version=data["version"] + 2))
