@@ -15,7 +15,7 @@ headline: a first plan has no run yet) and, in the ``cal`` column, from calibrat
 library plans; auto's from calibration on the library plans (never on a run of auto). The median
 round counts; the worst round is reported too.
 
-    python benchmarks/bench_truth.py [--rounds 3] [--steps 10] [--quick] [--small]
+    python benchmarks/bench_truth.py [--rounds 3] [--steps 4] [--passes 5] [--quick] [--small]
 
 Last line: ``max_rel_error=<x> auto_speedup_measured=<x>`` (auto vs 1F1B on the heavy-head GPT).
 """
@@ -106,8 +106,9 @@ def repeatability(profiles) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each profiling afresh (median counts)")
-    ap.add_argument("--steps", type=int, default=10, help="measured steps per plan and pass (after 1 warm-up)")
-    ap.add_argument("--passes", type=int, default=2, help="interleaved passes over the plans per launch")
+    ap.add_argument("--steps", type=int, default=4, help="measured steps per plan and pass (after 1 warm-up)")
+    ap.add_argument("--passes", type=int, default=5,
+                    help="interleaved passes over the plans per launch (more, shorter passes: each plan sees the same machine drift)")
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--time-limit", type=float, default=10.0, help="seconds of auto search")
     ap.add_argument("--quick", action="store_true", help="1 round, 3 steps, 1 pass (smoke test)")
