@@ -97,7 +97,8 @@ def test_heartbeat_prints_while_a_step_runs():
     assert lines[0] == "starting workers..." and any(l.strip().startswith("still starting workers") for l in lines)
 
 
-def test_auto_panel_never_worse_than_library_even_with_a_tiny_time_limit():
+def test_auto_panel_never_worse_than_library_even_with_a_tiny_time_limit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                 # "open in editor" autosaves beside the notebook (cwd)
     from flexpipe_ui.widgets import AutoPanel
     panel = AutoPanel(preset="gpt", ranks=4, microbatches=8, time_limit=1e-6, top=3)
     panel.run(wait=True)

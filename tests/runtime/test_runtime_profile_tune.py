@@ -94,7 +94,10 @@ def test_tune_end_to_end_on_two_gloo_processes():
     assert isinstance(res.plan, Plan) and res.plan.ranks == 2
     validate(res.plan.schedule)
     assert res.problem.num_layers == res.profile.num_layers == 4
-    assert res.problem.meta["calibration"]["plans"] == len(res.rounds)
+    # every plan run (the shortlist of each round) feeds the calibration
+    assert res.problem.meta["calibration"]["plans"] == sum(len(r.tried) for r in res.rounds)
+    for r in res.rounds:                       # the plan a round keeps is the fastest it measured
+        assert 1 <= len(r.tried) <= 4 and r.measured_ms == min(m for _, _, m in r.tried)
     assert res.stopped in ("converged", "max rounds") and 1 <= len(res.rounds) <= 2
     for r in res.rounds:
         assert _finite_pos(r.predicted_ms) and _finite_pos(r.measured_ms)
