@@ -105,6 +105,18 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     return out
 
 
+def round_ratios(r: dict) -> dict:
+    """Within one round (one launch): auto vs 1F1B and vs the best library plan, measured; how far
+    the plan predicted fastest measured from the measured fastest."""
+    plans = {p: v for p, v in r.items() if not p.startswith("_")}
+    fastest = min(plans, key=lambda p: plans[p]["meas"])
+    pred_fastest = min(plans, key=lambda p: plans[p]["pred"])
+    best_lib = min((p for p in plans if p != "auto"), key=lambda p: plans[p]["meas"])
+    return {"fastest": fastest, "gap": plans[pred_fastest]["meas"] / plans[fastest]["meas"] - 1,
+            "vs_best": plans[best_lib]["meas"] / plans["auto"]["meas"],
+            "vs_1f1b": plans["1f1b"]["meas"] / plans["auto"]["meas"]}
+
+
 def repeatability(profiles) -> str:
     """Largest deviation of a 1F1B stage's total (Σ f + b + w) from its median over the rounds."""
     if len(profiles) < 2:
@@ -142,7 +154,7 @@ def main(argv=None) -> int:
     print(f"bench_truth: {ranks} ranks x {args.microbatches} microbatches on {devices}, {args.rounds} "
           f"round(s), median of {args.steps} steps x {args.passes} pass(es) after warm-up; "
           f"cpu count {os.cpu_count()}")
-    rows, worst_round = {}, {}
+    rows, worst_round, ratios = {}, {}, {}
     for mname, spec in specs.items():
         res = []
         for r in range(args.rounds):
@@ -150,10 +162,14 @@ def main(argv=None) -> int:
             res.append(one_round(spec, ranks=ranks, mbs=args.microbatches, steps=args.steps,
                                  passes=args.passes, devices=devices, time_limit=args.time_limit, log=log))
         print(f"{mname}: profile repeatability {repeatability([r.pop('_profile') for r in res])}")
+        for k, r in enumerate(res, 1):          # every round's raw figures, all from one launch
+            print(f"{mname} round {k}: " + "; ".join(f"{p} pred {v['pred']:.1f} meas {v['meas']:.1f}"
+                                                     for p, v in r.items()))
         for plan in res[0]:
             errs = sorted(res, key=lambda x: abs(x[plan]["err"]))
             rows[(mname, plan)] = errs[len(errs) // 2][plan]          # the median round
             worst_round[(mname, plan)] = errs[-1][plan]["err"]
+        ratios[mname] = [round_ratios(r) for r in res]
     print(f"{'model':<15} {'plan':<17} {'pred ms':>9} {'cal ms':>9} {'meas ms':>9} {'rel.err':>8} "
           f"{'worst':>7} {'pred MiB':>9} {'meas MiB':>9} {'mem err':>8}")
     max_err, mem_err = 0.0, 0.0
@@ -167,17 +183,17 @@ def main(argv=None) -> int:
     print("pred = from the profile alone (auto: calibrated on every other plan's runs); cal = calibrated "
           "on runs of the other plans; rel.err = (measured - pred) / pred of the median round")
     speed = float("nan")
-    for mname in specs:
-        per = {p: v for (m, p), v in rows.items() if m == mname}
-        fastest = min(per, key=lambda p: per[p]["meas"])
-        pred_fastest = min(per, key=lambda p: per[p]["pred"])
-        best_lib = min((p for p in per if p != "auto"), key=lambda p: per[p]["meas"])
-        ratio = per[best_lib]["meas"] / per["auto"]["meas"]
-        print(f"{mname}: measured fastest {fastest}; predicted fastest {pred_fastest} measured "
-              f"{per[pred_fastest]['meas'] / per[fastest]['meas'] - 1:+.1%} off it; auto vs best library "
-              f"({best_lib}) {ratio:.3f}x; auto vs 1F1B {per['1f1b']['meas'] / per['auto']['meas']:.3f}x")
+    for mname in specs:                    # ratios within each round (one launch), then the median round
+        rr = ratios[mname]
+        med = lambda key: statistics.median(x[key] for x in rr)
+        worst = lambda key, f: f(x[key] for x in rr)
+        fastest = [x["fastest"] for x in rr]
+        print(f"{mname}: per round (same launch) measured fastest {fastest}; predicted fastest measured "
+              f"{med('gap'):+.1%} off it (median round, worst {worst('gap', max):+.1%}); auto vs best library "
+              f"{med('vs_best'):.3f}x (worst {worst('vs_best', min):.3f}x); auto vs 1F1B {med('vs_1f1b'):.3f}x "
+              f"(worst {worst('vs_1f1b', min):.3f}x)")
         if mname == "gpt-heavy-head":
-            speed = per["1f1b"]["meas"] / per["auto"]["meas"]
+            speed = med("vs_1f1b")
     print(f"max_mem_rel_error={mem_err:.4f}")
     print(f"max_rel_error={max_err:.4f} auto_speedup_measured={speed:.4f}")
     return 0

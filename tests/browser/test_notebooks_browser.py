@@ -25,6 +25,7 @@ NOTEBOOKS = {                        # notebook: seconds allowed for Run All
     "02_design_by_hand.ipynb": 300,
     "03_auto_vs_manual.ipynb": 420,
     "04_launch_training.ipynb": 480,
+    "05_your_model.ipynb": 480,
 }
 
 _RUN_STATE = """() => {
