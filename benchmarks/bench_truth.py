@@ -76,10 +76,9 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     best_lib = min(names, key=lambda n: statistics.median(tl.makespan for tl in runs[n][1]))
     if plan_key(lib[best_lib]) not in {plan_key(p) for p, _ in pool}:
         pool.append((lib[best_lib], f"library {best_lib} (fastest library plan measured)"))
-    pick, tls_pool = fastest_measured([p for p, _ in pool], model=spec, steps=max(2, steps - 1), warmup=1,
+    pick, tls_pool, meds = fastest_measured([p for p, _ in pool], model=spec, steps=max(2, steps - 1), warmup=1,
                                       repeat=3, devices=devices, timeout=300)
     auto_plan = pool[pick][0]
-    meds = [statistics.median(tl.makespan for tl in t) for t in tls_pool]
     log("  auto shortlist: " + "; ".join(f"{d} {m:.1f} ms" for (_, d), m in zip(pool, meds))
         + f" -> kept {pool[pick][1]}")
     others = [(p, t) for p, t in list(runs.values()) + [(p, t) for (p, _), t in zip(pool, tls_pool)]

@@ -1,10 +1,10 @@
 """Pin each CPU worker to its own cores, the same way in profiling and in runs.
 
-On the 2-core development machine, unpinned workers were sometimes scheduled onto the same core:
-three profiles of the same model in a row gave stage totals 27-42 ms (±25% of their median) and
-the per-action overhead moved with them; pinned, five profiles in a row agreed within 6% and every
-layer ran faster (docs/cost_model.md, "Noise on this machine"). A prediction is only as true as the
-run resembles the profile, so the launcher's workers are pinned by the same rule.
+A prediction is only as true as the run resembles the profile, so profiling workers and the
+launcher's workers are placed by one rule. On the 2-core development machine an interleaved A/B
+(4 pinned, 4 unpinned profiles) did not show pinning to make profiles more repeatable: the VM's own
+speed drift was larger (docs/cost_model.md, "Noise on this machine"); what pinning gives is that
+profile and run share one placement.
 
 Rule: the process's allowed CPUs, split into ``local_world`` equal contiguous shares; local rank r
 gets share r. Nothing is pinned on CUDA, when there are more local workers than CPUs, when the

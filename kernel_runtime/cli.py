@@ -283,7 +283,7 @@ def register(subparsers) -> None:
     q.add_argument("--ranks", type=T.ranks, default=4)
     q.add_argument("--microbatches", type=T.microbatches, default=8)
     q.add_argument("--repeats", type=T.integer(1, 10000), default=21,
-                   help="timed repetitions per layer after warm-up (default 21: three profiles in a row within 5%% on a 2-core VM)")
+                   help="timed repetitions per layer after warm-up (default 21; see docs/cost_model.md for how repeatable)")
     q.add_argument("--dp-bandwidth", type=T.number(minimum=1e-9, maximum=1e12), default=None, metavar="MIB_PER_MS",
                    help="gradient all-reduce bandwidth to record with --dp")
     q.add_argument("-o", "--output", help="problem file to write")

@@ -115,12 +115,12 @@ def shortlist(found, k: int) -> list[tuple[Plan, str]]:
 
 
 def fastest_measured(plans: Sequence[Plan], *, model: Any, steps: int, warmup: int = 1, repeat: int = 1,
-                     **launch_kwargs) -> tuple[int, list[list]]:
+                     **launch_kwargs) -> tuple[int, list[list], list[float]]:
     """Run ``plans`` interleaved in one launch; (index of the lowest median step makespan, the
-    timelines per plan)."""
+    timelines per plan, the median step makespan per plan)."""
     tls = measure_plans(plans, model=model, steps=steps, warmup=warmup, repeat=repeat, **launch_kwargs)
     meds = [_median_makespan(t) for t in tls]
-    return min(range(len(plans)), key=meds.__getitem__), tls
+    return min(range(len(plans)), key=meds.__getitem__), tls, meds
 
 
 def _median_makespan(tls) -> float:
@@ -178,12 +178,12 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
             break
         if kept is not None and k > 1 and plan_key(kept[0]) not in {plan_key(p) for p, _ in cands}:
             cands.append(kept)                      # the one to beat, measured alongside
-        sims = [simulate(p, fitted) for p, _ in cands]
+        searched = {plan_key(p): sim for p, sim, _ in found.candidates}   # the search simulated them on fitted
+        sims = [searched.get(plan_key(p)) or simulate(p, fitted) for p, _ in cands]
         for (p, desc), sim in zip(cands, sims):
             say(TuneEvent("search", r, f"plan {desc}: predicted {sim.makespan:.2f} ms", sim.makespan))
-        best, tls = fastest_measured([p for p, _ in cands], model=model, steps=steps, warmup=warmup,
-                                     repeat=passes if len(cands) > 1 else 1, **kw)
-        meds = [_median_makespan(t) for t in tls]
+        best, tls, meds = fastest_measured([p for p, _ in cands], model=model, steps=steps, warmup=warmup,
+                                           repeat=passes if len(cands) > 1 else 1, **kw)
         plan, desc, sim = cands[best][0], cands[best][1], sims[best]
         say(TuneEvent("run", r, f"measured {meds[best]:.2f} ms ({(meds[best] - sim.makespan) / sim.makespan:+.1%})"
                       + (f", fastest of {len(cands)} plans run" if len(cands) > 1 else ""),
@@ -194,12 +194,12 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
         runs.extend((p, t) for (p, _), t in zip(cands, tls))
         fitted = calibrate_runs(runs, base)
         say(TuneEvent("calibrate", r, f"re-fitted the cost model on {len(runs)} run(s)"))
-        if kept is not None and plan_key(plan) == plan_key(kept[0]):
-            kept = (plan, desc)
+        same = kept is not None and plan_key(plan) == plan_key(kept[0])
+        kept = (plan, desc)
+        if same:
             result.stopped = "converged"
             say(TuneEvent("search", r, f"the plan kept is still the fastest measured ({desc}): done"))
             break
-        kept = (plan, desc)
     else:
         result.stopped = "max rounds"
         if k == 1:                                  # rounds never ran side by side: the fastest of all
