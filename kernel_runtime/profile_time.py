@@ -1,9 +1,10 @@
 """Timing layers through the executor's own handlers, in the process that calls it.
 
 A ``_Probe`` stands in for ``RankExecutor`` for one *unit* (a layer, or a whole stage) alone: its
-input and its output gradient are in memory, nothing is sent. Each repetition runs the unit's
-F → I → W (split backward) and F → B (fused) with the very handlers ``executor.DEFAULT_HANDLERS`` the
-pipelined run calls, so per-action Python work (the split backward's graph walk, hooks, the loss)
+input and its output gradient are in memory, nothing is sent. Each repetition runs a few
+microbatches of the unit's F → B (fused) and then of F → I → W (split backward), timing all but the
+first of each (steady state, as a rank repeats its pattern in a pipeline), with the very handlers
+``executor.DEFAULT_HANDLERS`` the pipelined run calls, so per-action Python work (the split backward's graph walk, hooks, the loss)
 is timed as it runs there. Units are visited in a rotated order each repetition to spread drift
 and cache state over all of them; the statistic is the median over repetitions.
 Units: ms and bytes.
@@ -114,26 +115,60 @@ def unit_inputs(layers: list[nn.Module], units: Sequence[Sequence[int]], x, loss
     return ins, gys
 
 
-def _one_rep(p: _Probe, device) -> dict:
-    """F, I, W then F, B of the unit; the times (ms) and bytes held."""
+STEADY = 3
+"""Microbatches of each pattern per repetition: the first is a warm-up, the rest are timed."""
+
+
+def _group(p: _Probe, device, kinds: str) -> tuple[dict, MBState]:
+    """One microbatch of the unit through ``kinds`` ("FB" or "FIW"), each action timed; F with the
+    saved-tensor hooks the executor's F runs under."""
     st = MBState()
-    with p.saved.hooks():
-        tf = _timed(lambda: HANDLERS["F"](p, p.action("F"), st), device)
-    out = p.y_out if not p.last else None
-    act = activation_bytes(p.saved.storages, st.x, st.y if not p.last else None)
-    ti = _timed(lambda: HANDLERS["I"](p, p.action("I"), st), device)
-    act_w = act + (sum(g.numel() * g.element_size() for gs in st.pend.grads.values() for g in gs
-                       if isinstance(g, torch.Tensor)) if st.pend is not None else 0)
-    deferred = st.fused
-    tw = _timed(lambda: HANDLERS["W"](p, p.action("W"), st), device)
-    st2 = MBState()
-    tf2 = _timed(lambda: HANDLERS["F"](p, p.action("F"), st2), device)
-    tb = _timed(lambda: HANDLERS["B"](p, p.action("B"), st2), device)
+    got = {}
+    for k in kinds:
+        if k == "F":
+            with p.saved.hooks():
+                got["F"] = _timed(lambda: HANDLERS["F"](p, p.action("F"), st), device)
+            got["act"] = activation_bytes(p.saved.storages, st.x, st.y if not p.last else None)
+            got["out"] = p.y_out if not p.last else None
+        else:
+            got[k] = _timed(lambda: HANDLERS[k](p, p.action(k), st), device)
+            if k == "I":
+                got["act_w"] = got["act"] + (sum(g.numel() * g.element_size() for gs in st.pend.grads.values()
+                                                 for g in gs if isinstance(g, torch.Tensor))
+                                             if st.pend is not None else 0)
+                got["deferred"] = st.fused
+    return got, st
+
+
+def _one_rep(p: _Probe, device) -> dict:
+    """``STEADY`` microbatches of F → B, then ``STEADY`` of F → I → W, gradients accumulating as in
+    a step; all but the first of each pattern timed. Steady state matters: timed right after the
+    other pattern or another unit, the same stage's split/fused ratio came out 0.92 (split first)
+    or 1.23-1.40 (fused first) against 1.15-1.21 in steady sequences and 1.21-1.23 inside
+    pipelined runs (bench_truth's GPT, docs/cost_model.md)."""
+    times: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    fused = split = None
+    for kinds in ("FB", "FIW"):
+        for i in range(STEADY):
+            got, _ = _group(p, device, kinds)
+            if kinds == "FB":
+                fused = fused or got
+            else:
+                split = split or got
+            if i == 0:
+                continue                                   # warm-up: follows another pattern/unit
+            times["f"].append(got["F"])
+            if kinds == "FB":
+                times["bw"].append(got["B"])
+            else:
+                times["b"].append(got["I"])
+                times["w"].append(got["W"])
     for q in p.params:
         q.grad = None
+    out = fused["out"]
     nout = 0 if out is None else out.numel() * out.element_size()
-    return {"f": (tf, tf2), "b": ti, "w": tw, "bw": tb, "act": act, "act_w": act_w, "out": nout,
-            "deferred": deferred}
+    return {**{k: tuple(v) for k, v in times.items()}, "act": fused["act"], "act_w": split["act_w"],
+            "out": nout, "deferred": split["deferred"]}
 
 
 def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, target, loss_fn, *,
@@ -162,12 +197,12 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
     for u, rs in got.items():
         med = lambda key: statistics.median(v for r in rs for v in (r[key] if isinstance(r[key], tuple)
                                                                     else (r[key],)))
+        flat = lambda key: [v for r in rs for v in (r[key] if isinstance(r[key], tuple) else (r[key],))]
         deferred = rs[0]["deferred"]
         out[u] = UnitTimes(f=med("f"), b=0.0 if deferred else med("b"), w=med("w"), bw=med("bw"),
                            act=int(rs[-1]["act"]), act_w=int(rs[-1]["act_w"]), out=int(rs[-1]["out"]),
                            deferred=deferred,
-                           samples={k: [r[k] for r in rs] for k in ("b", "w", "bw")} |
-                           {"f": [v for r in rs for v in r["f"]]})
+                           samples={k: flat(k) for k in ("f", "b", "w", "bw")})
     return out
 
 

@@ -107,3 +107,63 @@ def test_tune_end_to_end_on_two_gloo_processes():
     assert phases[0] == "profile" and phases[-1] == "done" and "run" in phases and "calibrate" in phases
     assert set(cost_fields(res.problem)["overhead"]) == {"F", "I", "W", "B"}
     assert "predicted ms" in res.table()
+
+
+def test_probe_times_each_pattern_in_steady_state(monkeypatch):
+    """Each repetition runs STEADY microbatches of F → B, then STEADY of F → I → W through the
+    executor's handlers (F under the saved-tensor hooks), and returns the times of all but the first
+    of each pattern: the order the probe times in biased the split/fused ratio (docs/cost_model.md)."""
+    from types import MappingProxyType
+
+    from kernel_runtime import profile_time as pt
+    spec = _tiny()
+    x, tgt = spec.batch(0, 4, torch.Generator().manual_seed(0))
+    layers = spec.layers(range(spec.num_layers), 0, device=torch.device("cpu"), dtype=torch.float32)
+    unit = (1, 2)
+    ins, gys = pt.unit_inputs(layers, [unit], x, spec.loss_fn, tgt)
+    p = pt._Probe([layers[i] for i in unit], spec.loss_fn, ins[unit], tgt, gys[unit], False, False)
+    calls, hooked = [], []
+    real = dict(pt.HANDLERS)
+
+    def spy(kind):
+        def h(ex, a, st):
+            calls.append(kind)
+            if kind == "F":
+                hooked.append(torch._C._autograd._top_saved_tensors_default_hooks(False) is not None)
+            return real[kind](ex, a, st)
+        return h
+    monkeypatch.setattr(pt, "HANDLERS", MappingProxyType({**real, **{k: spy(k) for k in "FIWB"}}))
+    r = pt._one_rep(p, torch.device("cpu"))
+    n = pt.STEADY
+    assert calls == ["F", "B"] * n + ["F", "I", "W"] * n
+    assert all(hooked)
+    assert len(r["bw"]) == len(r["b"]) == len(r["w"]) == n - 1 and len(r["f"]) == 2 * (n - 1)
+    assert all(_finite_pos(v) for k in ("f", "b", "w", "bw") for v in r[k])
+    assert r["act"] > 0 and r["act_w"] >= r["act"] and r["out"] == 8 // 2 * 8 * 16 * 4 and not r["deferred"]
+    # gradients accumulate over the repetition's microbatches, then are cleared
+    assert all(q.grad is None for q in p.params)
+
+
+def test_diagnose_split_reorders_keep_every_action():
+    """The variants ``benchmarks/diagnose_split.py`` runs are valid plans with the same work."""
+    import sys
+    from pathlib import Path
+
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.problem import Layer, Problem
+    from flexpipe_ui.sim import simulate
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from diagnose_split import reorder
+    prob = Problem(ranks=2, microbatches=4, layers=tuple(Layer(f=1.0, b=1.0, w=1.0) for _ in range(4)))
+    base = build_named("1f1b", prob)
+    for plan in (reorder(base, split_all=True), reorder(base, split_odd=True),
+                 reorder(build_named("zb-h1", prob), w_now=True)):
+        kinds = [a.kind.name for row in plan.schedule.order for a in row]
+        assert kinds.count("F") == 8 and kinds.count("B") + kinds.count("W") == 8
+        assert kinds.count("I") == kinds.count("W")
+        assert simulate(plan, prob).makespan > 0          # valid: the simulator accepts it
+    w_now = reorder(build_named("zb-h1", prob), w_now=True)
+    for row in w_now.schedule.order:
+        for i, a in enumerate(row):
+            if a.kind.name == "W":
+                assert row[i - 1].kind.name == "I" and row[i - 1].microbatch == a.microbatch
