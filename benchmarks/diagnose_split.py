@@ -9,11 +9,13 @@ On bench_truth's models (2 ranks, CPU gloo), one profile shared by the plans com
   W moved right after its own I, in one launch; median makespan and per-(rank, kind) ms a step.
 - ``split``: 1F1B and GPipe with every odd microbatch's B split into I then W in place (fused and
   split timed in the same run); per stage I + W / B, against the profile's.
+- ``partitions``: 1F1B, ZB-H1, ZB-H2, ZB-V and interleaved 1F1B, each on the even and the balanced
+  partition, in one launch; measured and predicted makespans.
 - ``probe``: in this process, one stage (``--stage``) timed in the profiler's old order
   (F I W, then F B), the opposite order, steady sequences, and the profiler's current order;
   split / fused ratio per variant.
 
-    python benchmarks/diagnose_split.py [--what switch,defer,split,probe] [--model gpt-heavy-head]
+    python benchmarks/diagnose_split.py [--what switch,defer,split,partitions,probe] [--model gpt-heavy-head]
         [--reps 2] [--small]
 """
 from __future__ import annotations
@@ -116,6 +118,21 @@ def run_split(spec, prob) -> None:
                   flush=True)
 
 
+def run_partitions(spec, prob) -> None:
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.sim import simulate
+    from kernel_runtime.tuning import measure_plans
+    plans = {}
+    for name in ("1f1b", "zb-h1", "zb-h2", "zb-v", "interleaved-1f1b"):
+        plans[name] = build_named(name, prob)
+        plans[name + " balanced"] = build_named(name, prob, partition="balanced")
+    tls = measure_plans(list(plans.values()), model=spec, steps=4, warmup=1, repeat=4, devices="cpu", timeout=300)
+    for (n, plan), t in zip(plans.items(), tls):
+        m, p = med(t), simulate(plan, prob).makespan
+        print(f"partitions {n} {[len(x) for x in plan.partition]}: measured {m:.1f} predicted {p:.1f} "
+              f"({m / p - 1:+.1%})", flush=True)
+
+
 def run_probe(spec, stage: tuple[int, ...], reps: int) -> None:
     import torch
 
@@ -174,7 +191,7 @@ def run_probe(spec, stage: tuple[int, ...], reps: int) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--what", default="switch,defer,split,probe")
+    ap.add_argument("--what", default="switch,defer,split,partitions,probe")
     ap.add_argument("--model", default="gpt-heavy-head")
     ap.add_argument("--reps", type=int, default=2, help="repetitions of 'switch'; x6 for 'probe'")
     ap.add_argument("--stage", default=None, help="layers of the stage 'probe' times (default: the "
@@ -193,6 +210,8 @@ def main(argv=None) -> int:
         run_defer(spec, prob)
     if "split" in what:
         run_split(spec, prob)
+    if "partitions" in what:
+        run_partitions(spec, prob)
     if "probe" in what:
         if args.stage:
             stage = tuple(int(c) for c in args.stage.split(","))
