@@ -59,19 +59,10 @@ def durations(tls):
 def split_plan(plan):
     """The same plan with every fused B(s, m) split into I(s, m) then W(s, m) at its place: the
     cost of splitting a backward, with nothing else changed."""
-    from flexpipe_ui.ir import Plan, Schedule, parse_action
-    sched = plan.schedule
-    order = []
-    for row in sched.order:
-        new = []
-        for a in row:
-            if a.kind.name == "B":
-                new += [parse_action(f"{a.stage}I{a.microbatch}"), parse_action(f"{a.stage}W{a.microbatch}")]
-            else:
-                new.append(a)
-        order.append(tuple(new))
-    s2 = Schedule(sched.ranks, sched.microbatches, sched.placement, tuple(order))
-    return Plan(s2, plan.partition, dict(plan.meta or {}, name=(plan.meta or {}).get("name", "") + "+split"))
+    from diagnose_split import reorder
+    out = reorder(plan, split_all=True)
+    return out.__class__(out.schedule, out.partition,
+                         dict(plan.meta or {}, name=(plan.meta or {}).get("name", "") + "+split"))
 
 
 def main(argv=None) -> int:

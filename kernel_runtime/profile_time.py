@@ -4,8 +4,8 @@ A ``_Probe`` stands in for ``RankExecutor`` for one *unit* (a layer, or a whole 
 input and its output gradient are in memory, nothing is sent. Each repetition runs a few
 microbatches of the unit's F → B (fused) and then of F → I → W (split backward), timing all but the
 first of each (steady state, as a rank repeats its pattern in a pipeline), with the very handlers
-``executor.DEFAULT_HANDLERS`` the pipelined run calls, so per-action Python work (the split backward's graph walk, hooks, the loss)
-is timed as it runs there. Units are visited in a rotated order each repetition to spread drift
+``executor.DEFAULT_HANDLERS`` the pipelined run calls, so per-action Python work (the split
+backward's graph walk, hooks, the loss) is timed as it runs there. Units are visited in a rotated order each repetition to spread drift
 and cache state over all of them; the statistic is the median over repetitions.
 Units: ms and bytes.
 """
@@ -119,7 +119,7 @@ STEADY = 3
 """Microbatches of each pattern per repetition: the first is a warm-up, the rest are timed."""
 
 
-def _group(p: _Probe, device, kinds: str) -> tuple[dict, MBState]:
+def _group(p: _Probe, device, kinds: str) -> dict:
     """One microbatch of the unit through ``kinds`` ("FB" or "FIW"), each action timed; F with the
     saved-tensor hooks the executor's F runs under."""
     st = MBState()
@@ -137,7 +137,7 @@ def _group(p: _Probe, device, kinds: str) -> tuple[dict, MBState]:
                                                  for g in gs if isinstance(g, torch.Tensor))
                                              if st.pend is not None else 0)
                 got["deferred"] = st.fused
-    return got, st
+    return got
 
 
 def _one_rep(p: _Probe, device) -> dict:
@@ -150,7 +150,7 @@ def _one_rep(p: _Probe, device) -> dict:
     fused = split = None
     for kinds in ("FB", "FIW"):
         for i in range(STEADY):
-            got, _ = _group(p, device, kinds)
+            got = _group(p, device, kinds)
             if kinds == "FB":
                 fused = fused or got
             else:
@@ -195,9 +195,8 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
                 got[u].append(r)
     out = {}
     for u, rs in got.items():
-        med = lambda key: statistics.median(v for r in rs for v in (r[key] if isinstance(r[key], tuple)
-                                                                    else (r[key],)))
         flat = lambda key: [v for r in rs for v in (r[key] if isinstance(r[key], tuple) else (r[key],))]
+        med = lambda key: statistics.median(flat(key))
         deferred = rs[0]["deferred"]
         out[u] = UnitTimes(f=med("f"), b=0.0 if deferred else med("b"), w=med("w"), bw=med("bw"),
                            act=int(rs[-1]["act"]), act_w=int(rs[-1]["act_w"]), out=int(rs[-1]["out"]),
