@@ -7,8 +7,8 @@ profiles afresh (``profile``, in worker processes), then:
 1. runs the library plans 1F1B, ZB-H1, interleaved 1F1B and ZB-V (interleaved passes, one launch)
    -- these runs only feed calibration;
 2. calibrates on them (``calibrate_runs``) and asks ``auto`` for its 3 best plans on the fitted
-   problem; runs them with the fastest library plan of step 1, interleaved, and keeps the fastest
-   measured (one round of ``tune``: auto after tune);
+   problem; runs them, the best one's 2 best ``partition_neighbours`` and the fastest library plan
+   of step 1, interleaved, and keeps the fastest measured (one round of ``tune``: auto after tune);
 3. measures every plan including auto in a last launch, plans interleaved pass by pass (median
    of the steps after each pass's warm-up step). The figures reported all come from this launch,
    not from the runs that chose auto's plan.
@@ -59,7 +59,8 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
 
     from kernel_runtime.calibrate import calibrate_runs
     from kernel_runtime.profiler import profile
-    from kernel_runtime.tuning import fastest_measured, measure_plans, plan_key, shortlist
+    from kernel_runtime.tuning import (fastest_measured, measure_plans, partition_neighbours, plan_key,
+                                       shortlist)
 
     dev = "cuda" if devices == "cuda" else "cpu"
     t = time.perf_counter()
@@ -73,6 +74,8 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     fitted = calibrate_runs(list(runs.values()), prob)
     found = auto_search(fitted, time_limit=time_limit, top=3)
     pool = shortlist(found, 3)
+    have = {plan_key(p) for p, _ in pool}
+    pool += [c for c in partition_neighbours(pool[0][0], fitted, 2, pool[0][1]) if plan_key(c[0]) not in have]
     best_lib = min(names, key=lambda n: statistics.median(tl.makespan for tl in runs[n][1]))
     if plan_key(lib[best_lib]) not in {plan_key(p) for p, _ in pool}:
         pool.append((lib[best_lib], f"library {best_lib} (fastest library plan measured)"))
