@@ -102,12 +102,12 @@ def _forward(ex: "RankExecutor", a: Action, st: MBState) -> None:
         def pack(t, saved=st.saved):
             if id(t) in params:
                 return (None, t)
-            saved.append(t)
+            saved.append(t.detach() if t.grad_fn is not None else t)   # no cycle: see SavedBytes.pack
             return (len(saved) - 1, None)
 
-        def unpack(ref, st=st):
+        def unpack(ref, saved=st.saved):          # the list, not ``st`` (which holds the output)
             i, t = ref
-            return t if i is None else st.saved[i]
+            return t if i is None else saved[i]
 
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             st.leaf, st.head, y = stage_forward(ex.layers[a.stage], x)
