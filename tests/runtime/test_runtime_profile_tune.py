@@ -97,7 +97,8 @@ def test_tune_end_to_end_on_two_gloo_processes():
     # every plan run (the shortlist of each round) feeds the calibration
     assert res.problem.meta["calibration"]["plans"] == sum(len(r.tried) for r in res.rounds)
     for r in res.rounds:                       # the plan a round keeps is the fastest it measured
-        assert 1 <= len(r.tried) <= 4 and r.measured_ms == min(m for _, _, m in r.tried)
+        # shortlist (3) + the best's partition neighbours (2) + the plan kept before (1)
+        assert 1 <= len(r.tried) <= 3 + 2 + 1 and r.measured_ms == min(m for _, _, m in r.tried)
     assert res.stopped in ("converged", "max rounds") and 1 <= len(res.rounds) <= 2
     for r in res.rounds:
         assert _finite_pos(r.predicted_ms) and _finite_pos(r.measured_ms)
