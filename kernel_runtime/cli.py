@@ -203,7 +203,7 @@ def _tune(args) -> int:
     try:
         res = tune(spec, ranks=args.ranks, microbatches=args.microbatches, rounds=args.rounds,
                    steps=args.steps, devices=args.devices, time_limit=args.time_limit,
-                   shortlist_size=args.shortlist, progress=lambda ev: print(f"[{ev.phase} {ev.round}] {ev.message}", flush=True))
+                   shortlist_size=args.shortlist, neighbours=args.neighbours, progress=lambda ev: print(f"[{ev.phase} {ev.round}] {ev.message}", flush=True))
     except (WorkerError, ProfileError) as e:
         print(f"flexpipe tune: worker error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
@@ -300,6 +300,9 @@ def register(subparsers) -> None:
     t.add_argument("--time-limit", type=float, default=10.0, help="seconds of search per round")
     t.add_argument("--shortlist", type=T.integer(1, 16), default=3,
                    help="plans run per round, the model's best first, with the fastest so far (default 3)")
+    t.add_argument("--neighbours", type=T.integer(0, 16), default=2,
+                   help="with --shortlist > 1, also run this many of the best plan's partition neighbours "
+                        "(one stage boundary moved by a layer; default 2)")
     t.add_argument("-o", "--output", required=True, help="plan file to write")
     t.add_argument("--write-problem", help="also write the fitted problem here")
     t.set_defaults(func=_tune)

@@ -168,3 +168,24 @@ def test_diagnose_split_reorders_keep_every_action():
         for i, a in enumerate(row):
             if a.kind.name == "W":
                 assert row[i - 1].kind.name == "I" and row[i - 1].microbatch == a.microbatch
+
+
+@pytest.mark.timeout(300)
+def test_flexpipe_tune_cli_writes_a_valid_plan(tmp_path):
+    """``flexpipe tune`` end to end (2 gloo processes, ``--neighbours`` passed through): the plan file
+    it writes loads and validates, and the rounds' table is printed."""
+    import subprocess
+    import sys
+
+    from flexpipe_ui.planfile import load_plan
+    from flexpipe_ui.validate import validate
+    out = tmp_path / "plan.json"
+    r = subprocess.run([sys.executable, "-m", "flexpipe_ui.cli", "tune", "--model", "demo-gpt", "--layers", "4",
+                        "--dim", "16", "--seq", "8", "--batch-size", "8", "--ranks", "2", "--microbatches", "4",
+                        "--rounds", "1", "--steps", "2", "--time-limit", "1", "--shortlist", "2",
+                        "--neighbours", "1", "-o", str(out)], capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan = load_plan(out)
+    validate(plan.schedule)
+    assert plan.ranks == 2 and plan.num_layers == 4
+    assert "predicted ms" in r.stdout and "stopped:" in r.stdout
