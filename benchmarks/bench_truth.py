@@ -59,8 +59,7 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
 
     from kernel_runtime.calibrate import calibrate_runs
     from kernel_runtime.profiler import profile
-    from kernel_runtime.tuning import (fastest_measured, measure_plans, partition_neighbours, plan_key,
-                                       shortlist)
+    from kernel_runtime.tuning import fastest_measured, measure_plans, plan_key, shortlist, with_neighbours
 
     dev = "cuda" if devices == "cuda" else "cpu"
     t = time.perf_counter()
@@ -74,8 +73,7 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     fitted = calibrate_runs(list(runs.values()), prob)
     found = auto_search(fitted, time_limit=time_limit, top=3)
     pool = shortlist(found, 3)
-    have = {plan_key(p) for p, _ in pool}
-    pool += [c for c in partition_neighbours(pool[0][0], fitted, 2, pool[0][1]) if plan_key(c[0]) not in have]
+    pool = with_neighbours(pool, fitted, 2)
     best_lib = min(names, key=lambda n: statistics.median(tl.makespan for tl in runs[n][1]))
     if plan_key(lib[best_lib]) not in {plan_key(p) for p, _ in pool}:
         pool.append((lib[best_lib], f"library {best_lib} (fastest library plan measured)"))

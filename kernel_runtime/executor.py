@@ -24,7 +24,7 @@ from flexpipe_ui.ir import Action, Plan
 
 from flexpipe_ui.passes.comm import CommPlan, Message
 
-from .memory import SavedBytes, activation_bytes
+from .memory import SavedBytes, activation_bytes, without_grad_fn
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 
@@ -102,7 +102,7 @@ def _forward(ex: "RankExecutor", a: Action, st: MBState) -> None:
         def pack(t, saved=st.saved):
             if id(t) in params:
                 return (None, t)
-            saved.append(t.detach() if t.grad_fn is not None else t)   # no cycle: see SavedBytes.pack
+            saved.append(without_grad_fn(t))
             return (len(saved) - 1, None)
 
         def unpack(ref, saved=st.saved):          # the list, not ``st`` (which holds the output)

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SavedBytes", "activation_bytes", "static_bytes"]
+__all__ = ["SavedBytes", "activation_bytes", "static_bytes", "without_grad_fn"]
+
+
+def without_grad_fn(t):
+    """What a saved-tensor pack hook keeps of ``t``: an alias without ``grad_fn`` (same storage and
+    version counter; autograd restores the grad_fn on unpack). Kept as is, an op's own output would
+    hold its grad_fn, which holds the saved output: a cycle through C++ that Python's gc cannot see,
+    broken only when backward frees the graph. A split backward retains the graph (I, then W), so
+    every microbatch's activations leaked (~11 MiB each on bench_truth's GPT head stage; the VM's
+    page faults then doubled I and W)."""
+    return t.detach() if t.grad_fn is not None else t
 
 
 class SavedBytes:
@@ -30,12 +40,7 @@ class SavedBytes:
                 self.storages[ptr] = st.nbytes()
         except (RuntimeError, NotImplementedError):      # tensors without storage (sparse, meta)
             pass
-        # Saved as is, an op's own output would hold its grad_fn, which holds the saved output: a
-        # cycle through C++ that Python's gc cannot see, broken only when backward frees the graph.
-        # A split backward retains the graph (I, then W), so every microbatch's activations leaked
-        # (~11 MiB each on bench_truth's GPT head stage; the VM's page faults then doubled I and W).
-        # Autograd restores the grad_fn on unpack; the alias shares storage and version counter.
-        return t.detach() if t.grad_fn is not None else t
+        return without_grad_fn(t)
 
     def hooks(self):
         self.storages = {}

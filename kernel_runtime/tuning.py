@@ -21,7 +21,7 @@ from flexpipe_ui.ir import Plan
 from flexpipe_ui.problem import Problem
 
 __all__ = ["tune", "TuneResult", "TuneRound", "TuneEvent", "measure_plans", "plan_key", "shortlist",
-           "fastest_measured", "partition_neighbours"]
+           "fastest_measured", "partition_neighbours", "with_neighbours"]
 
 
 @dataclass(frozen=True)
@@ -114,24 +114,20 @@ def shortlist(found, k: int) -> list[tuple[Plan, str]]:
     return out
 
 
-def partition_neighbours(plan: Plan, problem: Problem, k: int = 2, desc: str = "") -> list[tuple[Plan, str]]:
-    """Up to ``k`` plans with ``plan``'s schedule and one stage boundary moved by one layer (every
-    stage keeps a layer, and the problem's memory cap), best predicted on ``problem`` first.
-
-    The partition a model ranks best can lose to its neighbour on the machine: on bench_truth's GPT
-    (2 ranks) 1F1B with 5+3 layers measured 1.20x faster than 4+4 while the profile ranked 6+2
-    first (docs/cost_model.md). Measuring the neighbours alongside costs one launch."""
+def _neighbour_sims(plan: Plan, problem: Problem) -> list[tuple[Any, Plan]]:
+    """(simulation on ``problem``, plan) of every partition neighbour of ``plan`` within the memory
+    cap, best predicted first (see ``partition_neighbours``)."""
     from flexpipe_ui.costmodel import fits
     from flexpipe_ui.partition import partition_from_sizes
     from flexpipe_ui.sim import simulate
 
     part = plan.partition
-    if k <= 0 or part is None or len(part) < 2:
+    if part is None or len(part) < 2:
         return []
     if [i for p in part for i in p] != list(range(sum(len(p) for p in part))):
         return []                                   # not contiguous in stage order: no boundaries to move
     sizes = [len(p) for p in part]
-    found: list[tuple[float, int, Plan]] = []
+    found: list[tuple[float, int, Any, Plan]] = []
     for b in range(len(sizes) - 1):
         for d in (1, -1):                           # stage b takes a layer from b+1, or gives one
             s = list(sizes)
@@ -143,10 +139,42 @@ def partition_neighbours(plan: Plan, problem: Problem, k: int = 2, desc: str = "
                            meta={**plan.meta, "partition": "explicit"})
             sim = simulate(cand, problem)
             if fits(sim.metrics.max_peak_memory, problem.memory_limit):
-                found.append((sim.makespan, len(found), cand))
+                found.append((sim.makespan, len(found), sim, cand))
     found.sort(key=lambda x: x[:2])
+    return [(sim, p) for _, _, sim, p in found]
+
+
+def _neighbour_desc(plan: Plan, name: str) -> str:
+    return f"{name}, layers {'+'.join(str(len(q)) for q in plan.partition)}"
+
+
+def partition_neighbours(plan: Plan, problem: Problem, k: int = 2, desc: str = "") -> list[tuple[Plan, str]]:
+    """Up to ``k`` plans with ``plan``'s schedule and one stage boundary moved by one layer (every
+    stage keeps a layer, and the problem's memory cap), best predicted on ``problem`` first.
+
+    The partition a model ranks best can lose to its neighbour on the machine: on bench_truth's GPT
+    (2 ranks) 1F1B with 5+3 layers measured 1.20x faster than 4+4 while the profile ranked 6+2
+    first (docs/cost_model.md). Measuring the neighbours alongside costs one launch."""
+    if k <= 0:
+        return []
     name = desc or str(plan.meta.get("name", "plan"))
-    return [(p, f"{name}, layers {'+'.join(str(len(q)) for q in p.partition)}") for _, _, p in found[:k]]
+    return [(p, _neighbour_desc(p, name)) for _, p in _neighbour_sims(plan, problem)[:k]]
+
+
+def with_neighbours(cands: list[tuple[Plan, str]], problem: Problem, k: int,
+                    sims: dict | None = None) -> list[tuple[Plan, str]]:
+    """``cands`` (best first) and the ``k`` best partition neighbours of the first that are not in it
+    already; each neighbour's simulation goes into ``sims`` (plan_key → result) when given."""
+    if k <= 0 or not cands:
+        return list(cands)
+    have = {plan_key(p) for p, _ in cands}
+    out = list(cands)
+    for sim, p in _neighbour_sims(cands[0][0], problem)[:k]:
+        if plan_key(p) not in have:
+            out.append((p, _neighbour_desc(p, cands[0][1])))
+            if sims is not None:
+                sims[plan_key(p)] = sim
+    return out
 
 
 def fastest_measured(plans: Sequence[Plan], *, model: Any, steps: int, warmup: int = 1, repeat: int = 1,
@@ -212,13 +240,11 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
             result.stopped = "converged"
             say(TuneEvent("search", r, f"the re-fitted model picks the plan kept ({kept[1]}): done"))
             break
-        if k > 1 and neighbours > 0:
-            have = {plan_key(p) for p, _ in cands}
-            cands += [c for c in partition_neighbours(cands[0][0], fitted, neighbours, cands[0][1])
-                      if plan_key(c[0]) not in have]
+        searched = {plan_key(p): sim for p, sim, _ in found.candidates}   # the search simulated them on fitted
+        if k > 1:
+            cands = with_neighbours(cands, fitted, neighbours, searched)
         if kept is not None and k > 1 and plan_key(kept[0]) not in {plan_key(p) for p, _ in cands}:
             cands.append(kept)                      # the one to beat, measured alongside
-        searched = {plan_key(p): sim for p, sim, _ in found.candidates}   # the search simulated them on fitted
         sims = [searched.get(plan_key(p)) or simulate(p, fitted) for p, _ in cands]
         for (p, desc), sim in zip(cands, sims):
             say(TuneEvent("search", r, f"plan {desc}: predicted {sim.makespan:.2f} ms", sim.makespan))
