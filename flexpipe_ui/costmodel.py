@@ -42,7 +42,7 @@ import numpy as np
 from .kinds import Kind, StageCost, get_kind
 
 __all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
-           "action_durations", "message_size", "kind_memory_units", "memory_effects",
+           "action_durations", "switch_time", "stage_switch", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
            "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
@@ -67,6 +67,8 @@ class StageCosts:
     """MiB a stage sends onward (its last layer's ``out``), None: messages cost ``comm`` only."""
     grad: np.ndarray | None = None
     """MiB of gradients per stage (the data-parallel all-reduce)."""
+    switch: np.ndarray | None = None
+    """Extra time per stage of an action that follows another stage's action on its rank."""
     bandwidth: float | None = None
     overhead: float | Mapping[str, float] | None = None
     comm_cpu: float = 0.0
@@ -177,13 +179,43 @@ def hop_latency(costs: StageCosts, stage) -> np.ndarray:
     return costs.comm + np.asarray(costs.out, float)[stage] / costs.bandwidth
 
 
-def action_durations(g, costs: StageCosts) -> tuple[np.ndarray, np.ndarray]:
+def stage_switch(costs: StageCosts) -> np.ndarray:
+    """Per stage, the ``switch`` time an action of it pays after another stage's action on its
+    rank (zeros without the field)."""
+    if costs.switch is None:
+        return np.zeros(costs.num_stages)
+    return np.asarray(costs.switch, float)
+
+
+def switch_time(g, costs: StageCosts) -> np.ndarray:
+    """Per action of a compiled graph: the stage's ``switch`` when the action occupies compute and
+    the previous action on its lane ran another stage (0 for a lane's first action, and without
+    ``switch``). It depends on the order, so only a fixed order can charge it: the simulator does,
+    the list scheduler charges it as it dispatches (``dsl.scheduler``), and the exact polish and
+    the search's bounds leave it out (their bounds stay lower bounds: it only adds)."""
+    n = g.n
+    if costs.switch is None or n == 0:
+        return np.zeros(n)
+    order = np.lexsort((g.lane_pos, g.lane))
+    lane, stage = g.lane[order], g.stage[order]
+    changed = np.r_[False, (lane[1:] == lane[:-1]) & (stage[1:] != stage[:-1])]
+    occupies = np.array([k.occupies_compute for k in g.kinds], bool)[g.kind[order]]
+    out = np.zeros(n)
+    out[order] = np.where(changed & occupies, stage_switch(costs)[stage], 0.0)
+    return out
+
+
+def action_durations(g, costs: StageCosts, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(duration per action, latency per dependency edge) of a compiled graph (``graph.Graph``).
 
     With ``comm_cpu`` the sending and the receiving action of each cross-rank edge are lengthened
-    by that fraction of the message's transfer time (``out / bandwidth``)."""
+    by that fraction of the message's transfer time (``out / bandwidth``). ``ordered``: the graph's
+    lane order is the one that runs, so ``switch_time`` is charged (False: order-free durations,
+    for a skeleton or an order still to be chosen)."""
     n = g.n
     dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
+    if ordered and costs.switch is not None:
+        dur = dur + np.where(dur > 0, switch_time(g, costs), 0.0)     # a no-op touches nothing
     ends = (g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])
     lat = edge_latency(costs, *ends)
     if costs.comm_cpu and len(lat):

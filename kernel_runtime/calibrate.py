@@ -31,12 +31,15 @@ class CalibrationError(ValueError):
     """Timelines that cannot be read back into a problem (wrong plan, missing actions)."""
 
 
-def stage_durations(timelines: Sequence[Timeline]) -> dict[tuple[int, str], float]:
-    """Median measured duration of each (stage, kind) over the timelines."""
+def stage_durations(timelines: Sequence[Timeline],
+                    less: dict[str, float] | None = None) -> dict[tuple[int, str], float]:
+    """Median measured duration of each (stage, kind) over the timelines; ``less``: action text →
+    time taken off that action first (the model's ``switch``, charged apart)."""
+    less = less or {}
     out: dict[tuple[int, str], list[float]] = {}
     for tl in timelines:
         for a, s, e in zip(tl.actions, tl.start, tl.end):
-            out.setdefault((a.stage, a.kind.name), []).append(float(e - s))
+            out.setdefault((a.stage, a.kind.name), []).append(max(float(e - s) - less.get(str(a), 0.0), 0.0))
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
@@ -110,7 +113,7 @@ def _observations(runs, base: Problem, extra: list[dict], ov: dict[str, float]):
         if sum(len(p) for p in part) != base.num_layers:
             raise CalibrationError(f"a plan covers {sum(len(p) for p in part)} layers but the problem "
                                    f"has {base.num_layers}")
-        durs = stage_durations(tls)
+        durs = stage_durations(tls, _switch_of(plan, base))
         for s, lay in enumerate(part):
             if (s, "F") not in durs:
                 raise CalibrationError(f"the timelines have no F of stage {s}: are they from this plan?")
@@ -125,6 +128,20 @@ def _observations(runs, base: Problem, extra: list[dict], ov: dict[str, float]):
                 work = sum(_base_value(base, extra, i, k) for i in lay)
                 obs.append((k, tuple(lay), d, work))
     return obs
+
+
+def _switch_of(plan: Plan, base: Problem) -> dict[str, float]:
+    """The ``switch`` time (``costmodel.switch_time``) the model charges each action of the plan
+    (by its text; empty without the field): measured durations include it, per-layer costs must
+    not."""
+    if not any(l.switch for l in base.layers):
+        return {}
+    from flexpipe_ui.costmodel import switch_time
+    from flexpipe_ui.graph import compile_schedule
+    from flexpipe_ui.sim import costs_for
+    g = compile_schedule(plan.schedule)
+    extra = switch_time(g, costs_for(plan, base))
+    return {str(a): float(x) for a, x in zip(g.actions, extra) if x}
 
 
 def _base_value(base: Problem, extra: list[dict], i: int, kind: str) -> float:

@@ -39,6 +39,7 @@ class UnitTimes:
     act_w: int
     out: int
     deferred: bool = False                   # first unit on data: I deferred its work to W
+    switch: float = 0.0                      # extra ms of an action that follows another unit's
     samples: dict = field(default_factory=dict)
 
 
@@ -171,36 +172,82 @@ def _one_rep(p: _Probe, device) -> dict:
             "out": nout, "deferred": split["deferred"]}
 
 
+def _after_other(p: _Probe, q: _Probe, device) -> dict:
+    """``STEADY`` microbatches of ``p`` alternating action by action with another stage ``q``
+    (F p, F q, B p, B q), as a rank with two stages runs them (interleaved, V): ``p``'s F and B
+    times, all but the first. Against the steady pattern the difference is the cost of finding
+    ``p``'s weights and activations evicted by the other stage (``switch``; docs/cost_model.md)."""
+    out: dict[str, list[float]] = {"F": [], "B": []}
+    for i in range(STEADY):
+        sts = {id(p): MBState(), id(q): MBState()}
+        for k in "FB":
+            for u in (p, q):
+                st = sts[id(u)]
+                if k == "F":
+                    with u.saved.hooks():
+                        t = _timed(lambda: HANDLERS["F"](u, u.action("F"), st), device)
+                else:
+                    t = _timed(lambda: HANDLERS["B"](u, u.action("B"), st), device)
+                if u is p and i > 0:
+                    out[k].append(t)
+    for u in (p, q):
+        for prm in u.params:
+            prm.grad = None
+    return out
+
+
+def other_stage(unit: Sequence[int], n: int, ranks: int) -> tuple[int, ...] | None:
+    """The layers a rank's other stage would hold next to ``unit`` in a plan with two stages per
+    rank: the ``n // (2 ranks)`` layers after it (from layer 0 when it ends the model)."""
+    k = max(1, n // max(2, 2 * ranks))
+    start = unit[-1] + 1 if unit[-1] + k < n else 0
+    other = tuple(range(start, min(n, start + k)))
+    return None if not other or set(other) & set(unit) else other
+
+
 def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, target, loss_fn, *,
                repeats: int = 7, warmup: int = 2, device=None,
-               between: Callable[[int], None] | None = None) -> dict[tuple, UnitTimes]:
+               between: Callable[[int], None] | None = None, ranks: int = 2) -> dict[tuple, UnitTimes]:
     """Median F, I, W, B (ms) and bytes of each unit (a tuple of layer indices, contiguous).
 
     ``between(rep)`` runs before each repetition (the profiling workers' barrier)."""
     device = device or x.device
     units = [tuple(u) for u in units]
-    ins, gys = unit_inputs(layers, units, x, loss_fn, target)
     n = len(layers)
+    extra = [o for o in {other_stage(u, n, ranks) for u in units} if o is not None and o not in units] \
+        if ranks > 1 else []
+    ins, gys = unit_inputs(layers, units + extra, x, loss_fn, target)
     probes = {u: _Probe([layers[i] for i in u], loss_fn, ins[u], target, gys[u],
                         first_on_data=(u[0] == 0 and not x.is_floating_point()), last=(u[-1] == n - 1))
-              for u in units}
+              for u in units + extra}
     got: dict[tuple, list[dict]] = {u: [] for u in units}
+    alt: dict[tuple, dict[str, list[float]]] = {u: {"F": [], "B": []} for u in units}
+    others = {u: other_stage(u, len(layers), ranks) if ranks > 1 else None for u in units}
     for rep in range(warmup + repeats):
         if between is not None:
             between(rep)
         k = rep % len(units)
-        for u in units[k:] + units[:k]:           # rotated: drift spreads over every unit
+        rotated = units[k:] + units[:k]           # rotated: drift spreads over every unit
+        for u in rotated:
             r = _one_rep(probes[u], device)
+            a = _after_other(probes[u], probes[others[u]], device) if others[u] is not None else None
             if rep >= warmup:
                 got[u].append(r)
+                if a is not None:
+                    for kk in "FB":
+                        alt[u][kk].extend(a[kk])
     out = {}
     for u, rs in got.items():
         flat = lambda key: [v for r in rs for v in (r[key] if isinstance(r[key], tuple) else (r[key],))]
         med = lambda key: statistics.median(flat(key))
         deferred = rs[0]["deferred"]
+        switch = 0.0
+        if alt[u]["F"]:
+            switch = max(0.0, (statistics.median(alt[u]["F"]) - med("f")
+                               + statistics.median(alt[u]["B"]) - med("bw")) / 2)
         out[u] = UnitTimes(f=med("f"), b=0.0 if deferred else med("b"), w=med("w"), bw=med("bw"),
                            act=int(rs[-1]["act"]), act_w=int(rs[-1]["act_w"]), out=int(rs[-1]["out"]),
-                           deferred=deferred,
+                           deferred=deferred, switch=switch,
                            samples={k: flat(k) for k in ("f", "b", "w", "bw")})
     return out
 
@@ -222,5 +269,5 @@ def action_overhead(device, dtype, *, repeats: int = 30) -> dict[str, float]:
     loss = lambda y, t: (y - t).pow(2).mean()
     t = torch.zeros(1, 4, device=device, dtype=dtype)
     times = time_units([layer, _Tiny().to(device=device, dtype=dtype)], [(0,)], x, t, loss,
-                       repeats=repeats, warmup=5, device=device)[(0,)]
+                       repeats=repeats, warmup=5, device=device, ranks=1)[(0,)]
     return {"F": times.f, "I": times.b, "W": times.w, "B": times.bw}

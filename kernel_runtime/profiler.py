@@ -55,6 +55,7 @@ class _ProfileJob:
     port: int = 29500
     spawned: bool = True
     pin_cpus: bool = True
+    ranks: int = 2
 
 
 def _sample(spec, job: _ProfileJob):
@@ -88,7 +89,7 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     extra = [tuple(u) for u in job.units if len(u) > 1]
     t = time.perf_counter()
     times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
-                       warmup=job.warmup, device=dev, between=between)
+                       warmup=job.warmup, device=dev, between=between, ranks=job.ranks)
     overhead = action_overhead(dev, dt)
     comm = None
     if job.world > 1:
@@ -178,8 +179,8 @@ def _combine(results: list[dict]) -> dict:
     units = {}
     for u, v in base["units"].items():
         units[u] = dict(v)
-        for k in ("f", "b", "w", "bw"):
-            units[u][k] = statistics.fmean(r["units"][u][k] for r in results)
+        for k in ("f", "b", "w", "bw", "switch"):
+            units[u][k] = statistics.fmean(r["units"][u].get(k, 0.0) for r in results)
         units[u]["spread"] = max(_spread(r["units"][u]["samples"]) for r in results)
     ov = {k: statistics.fmean(r["overhead"][k] for r in results) for k in base["overhead"]}
     comms = [r["comm"] for r in results if r.get("comm")]
@@ -220,7 +221,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     job = _ProfileJob(model, loss_fn, sample_input, targets, microbatches, device,
                       dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."),
                       int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc),
-                      spawned=nproc > 0)
+                      spawned=nproc > 0, ranks=max(1, int(ranks)))
     if nproc <= 0:
         import torch
         old = torch.get_num_threads()
@@ -260,6 +261,7 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
                        "mem": res["params"][i] * state_factor / _MIB, "name": name})
         extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB,
+                       "switch": u.get("switch", 0.0),
                        "out": u["out"] / _MIB,
                        "grad": res["grads"][i] / _MIB})
     c = res["comm"]

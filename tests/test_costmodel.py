@@ -76,6 +76,25 @@ def test_comm_cpu_occupies_sender_and_receiver():
     assert t["0W0"] == (7, 8)
 
 
+def test_switch_is_charged_when_the_rank_changes_stage():
+    # one rank holding both stages: 1F0 and 0B0 follow the other stage (+ its switch), 1B0 does not;
+    # the lane's first action pays nothing
+    p = Problem(ranks=1, microbatches=1, layers=(Layer(f=1.0, b=2.0, w=1.0, switch=0.25),
+                                                Layer(f=1.0, b=2.0, w=1.0, switch=0.5)))
+    plan = hand_plan("r0: 0F0 1F0 1B0 0B0", placement=(0, 0), microbatches=1, partition=((0,), (1,)))
+    tl = simulate(plan, p).timeline
+    assert {str(a): (s, e) for a, s, e in zip(tl.actions, tl.start, tl.end)} == {
+        "0F0": (0, 1), "1F0": (1, 2.5), "1B0": (2.5, 5.5), "0B0": (5.5, 8.75)}
+    # one stage per rank never switches: the same times as without the field
+    two = _toy(layer={0: {"switch": 3.0}, 1: {"switch": 3.0}})
+    assert _times(SPLIT, two)[0] == _times(SPLIT, _toy())[0]
+    # order-free durations (a skeleton, the exact polish) leave it out
+    g = __import__("flexpipe_ui.graph", fromlist=["compile_schedule"]).compile_schedule(plan.schedule)
+    costs = p.stage_costs(plan.partition)
+    assert costmodel.action_durations(g, costs, ordered=False)[0].tolist() == [1.0, 1.0, 3.0, 3.0]
+    assert costmodel.switch_time(g, costs).tolist() == [0.0, 0.5, 0.0, 0.25]
+
+
 def test_fused_backward_costs_bw():
     t, _ = _times(FUSED, _toy())
     assert t == {"0F0": (0, 1), "1F0": (1.5, 2.5), "1B0": (2.5, 5.5), "0B0": (6, 9)}
@@ -159,7 +178,7 @@ def _dyadic_problem(rng, ranks, n, **terms):
 
 def _neutral(p: Problem) -> Problem:
     return replace(p, overhead=0.0, comm_cpu=0.0, dp=1,
-                   layers=tuple(replace(l, bw=l.b + l.w, act_w=l.act, out=1.0) for l in p.layers))
+                   layers=tuple(replace(l, bw=l.b + l.w, act_w=l.act, out=1.0, switch=0.0) for l in p.layers))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -194,7 +213,7 @@ def test_fields_round_trip_and_are_written_only_when_set(tmp_path):
     d = json.loads((tmp_path / "a.json").read_text())
     assert set(d) == {"format", "ranks", "microbatches", "comm", "layers"}
     assert set(d["layers"][0]) == {"f", "b", "w", "act", "mem"}
-    full = _toy(layer={0: {"out": 1.0, "bw": 2.5, "act_w": 1.0, "grad": 3.0}}, bandwidth=10.0,
+    full = _toy(layer={0: {"out": 1.0, "bw": 2.5, "act_w": 1.0, "grad": 3.0, "switch": 0.25}}, bandwidth=10.0,
                 overhead={"F": 0.1, "B": 0.2}, comm_cpu=0.25, dp=2, dp_bandwidth=5.0, data_input=True)
     save_problem(full, tmp_path / "b.json")
     back = load_problem(tmp_path / "b.json")
@@ -214,6 +233,7 @@ def test_fields_round_trip_and_are_written_only_when_set(tmp_path):
     ({"layer1": {"bw": -1}}, r"layer 1, key 'bw'"),
     ({"layer1": {"out": "big"}}, r"layer 1, key 'out'"),
     ({"layer0": {"act_w": -1.0}}, r"layer 0, key 'act_w'"),
+    ({"layer1": {"switch": -0.5}}, r"layer 1, key 'switch'"),
 ])
 def test_field_errors_name_the_field(tmp_path, change, match):
     d = _toy().to_dict()
@@ -239,7 +259,7 @@ def test_callers_have_no_latency_or_memory_rule_of_their_own(path):
     comm_cpu, overhead) nor a kind's memory spec; they call costmodel."""
     tree = ast.parse((ROOT / path).read_text())
     banned = {"comm", "act", "act_w", "out", "bandwidth", "comm_cpu", "overhead", "mem_start", "mem_end",
-              "adjust", "bw"}
+              "adjust", "bw", "switch"}
     reads = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in banned})
     assert reads == [], f"{path} reads {reads}"
     imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
@@ -268,7 +288,8 @@ def test_the_fit_tolerance_is_defined_once():
 
 def _with_terms(rng, p: Problem) -> Problem:
     layers = tuple(replace(l, out=rng.uniform(0.0, 4.0), bw=rng.uniform(0.3, 1.0) * (l.b + l.w),
-                           act_w=rng.uniform(0.0, 1.0) * l.act) for l in p.layers)
+                           act_w=rng.uniform(0.0, 1.0) * l.act, switch=rng.uniform(0.0, 0.5))
+                   for l in p.layers)
     ov = rng.choice([0.3, {"F": 0.1, "I": 0.4, "W": 0.2, "B": 0.5}])
     return replace(p, layers=layers, bandwidth=rng.uniform(1.0, 8.0), overhead=ov,
                    comm_cpu=rng.choice([0.0, 0.5]), data_input=rng.choice([False, True]))
@@ -342,7 +363,7 @@ def test_exact_polish_respects_the_terms():
 # ---------------------------------------------------------------- the search optimises what is true
 
 def _search_problem(**kw):
-    lk = {k: kw.pop(k) for k in list(kw) if k in ("bw", "out")}
+    lk = {k: kw.pop(k) for k in list(kw) if k in ("bw", "out", "switch")}
     return Problem(ranks=4, microbatches=8, comm=0.1,
                    layers=tuple(Layer(f=1.0, b=1.0, w=1.0, act=1.0, **lk) for _ in range(16)), **kw)
 
@@ -361,6 +382,15 @@ def test_auto_fuses_the_backward_when_bw_is_much_less_than_b_plus_w():
     assert _kinds(res.best) == {"F", "B"}
     split = auto_search(_search_problem()).best
     assert simulate(split, _search_problem(bw=1.25)).makespan > res.makespan
+
+
+def test_auto_keeps_one_stage_per_rank_when_switching_stages_costs():
+    p = _search_problem(switch=0.75)
+    res = auto_search(p)
+    assert res.best.schedule.num_stages == 4
+    looped_plan = auto_search(_search_problem()).best
+    assert looped_plan.schedule.num_stages > 4
+    assert simulate(looped_plan, p).makespan > res.makespan
 
 
 def test_auto_keeps_one_stage_per_rank_when_actions_and_messages_cost():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..costmodel import action_durations, stage_memory
+from ..costmodel import action_durations, stage_memory, stage_switch
 from ..graph import compile_schedule
 from ..ir import Action, Schedule
 from ..kinds import get_kind
@@ -82,6 +82,7 @@ class _Plan:
     deps: list = field(default_factory=list)      # (group, latency) it waits for
     users: list = field(default_factory=list)     # (group, latency) waiting on it
     dur: list = field(default_factory=list)
+    after_other: list = field(default_factory=list)  # added when the lane's previous group ran another stage
     net: list = field(default_factory=list)       # memory change when it runs
     alloc: list = field(default_factory=list)     # what it adds above the rank's memory while it runs
     key: list = field(default_factory=list)       # priority (type rank, pass position); smaller first
@@ -125,8 +126,11 @@ def _skeleton(P: _Plan, placement, kinds_per_stage, costs: StageCosts) -> None:
     n = g.n
     P.stage, P.rank, P.lane = g.stage.tolist(), g.rank.tolist(), g.lane.tolist()
     P.kind = [g.kinds[k] for k in g.kind.tolist()]
-    dur, lat = action_durations(g, costs)
+    dur, lat = action_durations(g, costs, ordered=False)
     P.dur = dur.tolist()
+    occupies = [k.occupies_compute for k in P.kind]
+    sw = stage_switch(costs)             # costmodel.switch_time's rule, charged at dispatch
+    P.after_other = [float(sw[s]) if occupies[i] and P.dur[i] > 0 else 0.0 for i, s in enumerate(P.stage)]
     P.deps = [[] for _ in range(n)]
     P.users = [[] for _ in range(n)]
     for a, b, w in zip(g.src.tolist(), g.dst.tolist(), lat.tolist()):

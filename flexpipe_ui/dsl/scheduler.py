@@ -71,6 +71,7 @@ class _State:
     reserved: list
     pending: list        # per rank: heap of (time, memory freed) on another stream
     ran: list            # per rank: (start, lane, group * M + microbatch) of what ran
+    last_stage: list     # per lane: the stage it ran last (-1: none yet; ``switch`` cost)
     forced: dict = field(default_factory=dict)   # lane → the only group it may run next (eager W)
     heap: list = field(default_factory=list)
 
@@ -87,7 +88,8 @@ def _initial_state(P: _Plan) -> _State:
         ready=[0.0] * (n * M), head=[0] * n, free=[0.0] * P.n_lanes, version=[0] * P.n_lanes,
         cached=[None] * P.n_lanes, cached_g=[-1] * P.n_lanes, fwd_left=fwd_left,
         inflight=[0] * R, warm=[0] * R, mem=P.static[:], reserved=[0.0] * R,
-        pending=[[] for _ in range(R)], ran=[[] for _ in range(R)])
+        pending=[[] for _ in range(R)], ran=[[] for _ in range(R)],
+        last_stage=[-1] * P.n_lanes)
 
 
 def _admissible(P: _Plan, st: _State, g: int) -> bool:
@@ -203,6 +205,9 @@ def _start(P: _Plan, st: _State, g: int, t: float, L: int) -> set:
     m = st.head[g]
     st.head[g] = m + 1
     end = t + P.dur[g]
+    if P.after_other[g] and st.last_stage[L] not in (-1, P.stage[g]):
+        end += P.after_other[g]              # costmodel.switch_time: the lane ran another stage before
+    st.last_stage[L] = P.stage[g]
     st.free[L] = end
     st.ran[r].append((t, L, g * M + m))
     dirty = {L}

@@ -96,7 +96,7 @@ def polish(plan: Plan, problem: Problem, *, time_limit: float = 2.0, seed: int =
     if g.missing:
         return ExactResult(None, base.makespan, 0.0, "plan has missing dependencies", 0.0)
     costs = base.costs
-    dur, lat = action_durations(g, costs)
+    dur, lat = action_durations(g, costs, ordered=False)
     # durations, latency and memory demands rounded down: every real schedule maps onto a feasible
     # integer one, so the solver's bound is a true lower bound; its order is re-timed exactly below
     scale = _TIME_UNITS / max(base.makespan, 1e-300)

@@ -56,6 +56,22 @@ def test_calibrate_recovers_known_scale_factors_from_several_plans():
         assert sum(bw[i] for i in lay) == pytest.approx(sum(truth.layers[i].b + truth.layers[i].w for i in lay))
 
 
+def test_calibrate_takes_the_switch_off_before_refitting():
+    """Runs of plans whose ranks switch stages (interleaved, ZB-V) include the ``switch`` time;
+    calibrate takes it off each action first, so the per-layer costs are not inflated by it and
+    the refit problem predicts every plan as the truth does."""
+    base = replace(_base(), layers=tuple(replace(l, switch=0.25 + 0.125 * (i % 2))
+                                         for i, l in enumerate(_base().layers)))
+    truth = _scaled(base, 1.25, 0.75, 1.5, comm=0.0)
+    plans = [build_named(n, base) for n in ("1f1b", "zb-h1", "interleaved-1f1b")]
+    got = calibrate_runs([(p, [_measured(p, truth)]) for p in plans], base, fit_overhead=False)
+    for lg, lt in zip(got.layers, truth.layers):
+        for k in ("f", "b", "w", "switch"):
+            assert getattr(lg, k) == pytest.approx(getattr(lt, k)), (k, lg, lt)
+    other = build_named("zb-v", base)
+    assert simulate(other, got).makespan == pytest.approx(simulate(other, truth).makespan)
+
+
 def test_calibrate_with_fused_backward_refits_bw_and_keeps_the_split():
     base = _base()
     truth = _scaled(base, 1.0, 2.0, 2.0, comm=0.0)
@@ -99,13 +115,14 @@ def test_calibrate_refuses_timelines_of_another_plan():
 def test_cost_fields_round_trip_through_a_problem_file(tmp_path):
     d = problem_dict(_base(3))
     p = _with_cost_fields(d, bandwidth=2.5, overhead={"F": 0.1, "I": 0.2, "W": 0.05, "B": 0.2}, comm_cpu=0.3,
-                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0}, {"out": 0.5}, {"bw": None}])
+                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0, "switch": 0.25}, {"out": 0.5},
+                                  {"bw": None}])
     path = tmp_path / "p.json"
     save_problem(p, path)
     cf = cost_fields(load_problem(path))
     assert cf["bandwidth"] == 2.5 and cf["comm_cpu"] == 0.3 and cf["overhead"]["I"] == 0.2
-    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0}
-    assert cf["layers"][1]["out"] == 0.5 and cf["layers"][2]["bw"] is None
+    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0, "switch": 0.25}
+    assert cf["layers"][1]["out"] == 0.5 and cf["layers"][2]["bw"] is None and cf["layers"][1]["switch"] is None
     assert cost_fields(_base(2))["overhead"] == {} and cost_fields(_base(2))["bandwidth"] is None
 
 

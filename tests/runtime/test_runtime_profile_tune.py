@@ -45,6 +45,8 @@ def test_profile_measures_every_cost_field_in_worker_processes():
     assert math.isfinite(prob.comm) and prob.comm >= 0
     assert cf["bandwidth"] is None or _finite_pos(cf["bandwidth"])
     assert 0.0 <= cf["comm_cpu"] <= 1.0 and len(prob.meta["comm_samples"]) >= 2
+    # switching stages: measured against another stage's actions, never negative
+    assert all(math.isfinite(e["switch"]) and e["switch"] >= 0 for e in cf["layers"])
     st = prob.meta["stages"]
     assert [s["layers"] for s in st] == [[1, 2]] and all(_finite_pos(st[0][k]) for k in "fbw")
     # the same model profiled again in this process: same structure and memory, times positive
@@ -143,6 +145,17 @@ def test_probe_times_each_pattern_in_steady_state(monkeypatch):
     assert r["act"] > 0 and r["act_w"] >= r["act"] and r["out"] == 8 // 2 * 8 * 16 * 4 and not r["deferred"]
     # gradients accumulate over the repetition's microbatches, then are cleared
     assert all(q.grad is None for q in p.params)
+    # against another stage: F p, F other, B p, B other per microbatch; p's times but the first
+    other = pt.other_stage(unit, spec.num_layers, 2)
+    assert other is not None and not set(other) & set(unit)
+    ins, gys = pt.unit_inputs(layers, [other], x, spec.loss_fn, tgt)
+    q = pt._Probe([layers[i] for i in other], spec.loss_fn, ins[other], tgt, gys[other], False,
+                  other[-1] == spec.num_layers - 1)
+    calls.clear()
+    alt = pt._after_other(p, q, torch.device("cpu"))
+    assert calls == ["F", "F", "B", "B"] * n
+    assert len(alt["F"]) == len(alt["B"]) == n - 1 and all(_finite_pos(v) for v in alt["F"] + alt["B"])
+    assert all(t.grad is None for t in p.params + q.params)
 
 
 def test_diagnose_split_reorders_keep_every_action():
