@@ -116,6 +116,8 @@ def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
         if job.threads:
             torch.set_num_threads(job.threads)
         from .affinity import pin_worker
+        from .allocator import keep_freed_memory
+        keep_freed_memory()                                        # as the launcher's workers
         pin_worker(rank, job.world, job.device, job.pin_cpus)     # as the launcher pins its workers
         between = None
         if job.world > 1:

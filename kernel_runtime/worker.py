@@ -204,6 +204,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     from .transport import ChannelGroups
 
     from .affinity import pin_worker
+    from .allocator import keep_freed_memory
+    keep_freed_memory()                  # as the profiler's workers: no page-fault churn per step
     pin_worker(rank if local_rank is None else local_rank,
                int(os.environ.get("LOCAL_WORLD_SIZE", job.world)), job.device, job.pin_cpus)
     if job.threads:

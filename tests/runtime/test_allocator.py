@@ -1,0 +1,49 @@
+"""Workers keep freed memory: re-allocating a large block after freeing it faults no pages in again
+(``kernel_runtime.allocator``; docs/cost_model.md, "Page faults")."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import resource, sys
+sys.path.insert(0, {root!r})
+import torch
+from kernel_runtime.allocator import keep_freed_memory
+if {keep}:
+    assert keep_freed_memory()
+def cycle():
+    t = torch.ones(48 * 2 ** 20 // 4)       # 48 MiB: above any mmap threshold glibc adapts to
+    del t
+for _ in range(10):      # the heap grows for a few cycles (an aligned request is a little larger
+    cycle()             # than the block freed) until freed blocks coalesce; then it is steady
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    cycle()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(keep: bool) -> int:
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(root=str(ROOT), keep=keep)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
+def test_freed_blocks_are_reused_without_faulting_pages_in_again():
+    pages = 48 * 2 ** 20 // 4096
+    assert _faults(keep=False) >= 5 * pages          # glibc maps and unmaps each time
+    assert _faults(keep=True) < pages // 10          # kept in the heap, reused
+
+
+def test_it_can_be_turned_off(monkeypatch):
+    from kernel_runtime.allocator import keep_freed_memory
+    monkeypatch.setenv("FLEXPIPE_KEEP_MEMORY", "0")
+    assert keep_freed_memory() is False
