@@ -177,7 +177,10 @@ def calibrate_runs(runs: Sequence[tuple[Plan, Sequence[Timeline]]], problem: Pro
         raise CalibrationError("no timelines to calibrate from")
     cf = cost_fields(problem)
     extra = cf["layers"]
-    ov0 = {k: float(cf["overhead"].get(k, 0.0)) for k in KINDS}
+    # the profiler's executor probe already added a loop gap to the overhead: these runs' own
+    # loop gap replaces it below (not counted twice)
+    probe_loop = float((problem.meta.get("executor_probe") or {}).get("loop_gap", 0.0))
+    ov0 = {k: max(float(cf["overhead"].get(k, 0.0)) - probe_loop, 0.0) for k in KINDS}
     obs = _observations(runs, problem, extra, ov0)
     ov = _fit_overhead(obs, ov0) if fit_overhead else ov0
     # per layer and kind: weighted mean of the measured/predicted ratios of the stages it sat in
@@ -226,6 +229,7 @@ def calibrate_runs(runs: Sequence[tuple[Plan, Sequence[Timeline]]], problem: Pro
     d = problem_dict(problem)
     d.update(layers=layers, comm=comm)
     meta = dict(d.get("meta") or {})
+    meta.pop("executor_probe", None)            # its loop gap is no longer in the overhead
     meta["calibrated_from"] = sum(len(t) for _, t in runs)
     meta["calibration"] = {"plans": len(runs), "overhead": ov, "loop_gap": loop, "act_scale": act_scale,
                            "kind_scale": _kind_scales(obs, ov)}
@@ -245,9 +249,10 @@ def _kind_scales(obs, ov) -> dict[str, float]:
     return out
 
 
-def _fit_comm(runs, problem: Problem, extra, cf) -> tuple[float, float]:
+def _fit_comm(runs, problem: Problem, extra, cf, wait_stat=np.mean) -> tuple[float, float]:
     """(comm, loop gap): the mean wait beyond transfer on cross-rank dependencies (the mean: a
-    critical path pays every wait, the slow ones included), and the median loop gap."""
+    critical path pays every wait, the slow ones included; ``wait_stat`` another statistic),
+    and the median loop gap."""
     bw = cf["bandwidth"]
     gaps, loops = [], []
     for plan, tls in runs:
@@ -260,7 +265,7 @@ def _fit_comm(runs, problem: Problem, extra, cf) -> tuple[float, float]:
             w, l = _gaps(tl, plan, transfer)
             gaps += w
             loops += l
-    return (float(np.mean(gaps)) if gaps else float(problem.comm),
+    return (float(wait_stat(gaps)) if gaps else float(problem.comm),
             float(np.median(loops)) if loops else 0.0)
 
 

@@ -208,14 +208,18 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             warmup: int = 2, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
             comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
             processes: int | None = None, stages: Sequence[Sequence[int]] = (),
-            timeout: float = 900.0, dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
+            timeout: float = 900.0, dp: int = 1, dp_bandwidth: float | None = None,
+            executor_probe: bool = True) -> Problem:
     """Measure per-layer f, b, w, bw (ms), act, act_w, out, mem (MiB), and the problem's overhead,
     comm, bandwidth and comm_cpu; one microbatch of ``model`` (what ``launch`` takes).
 
     ``processes``: profiling workers started at once (default ``ranks``; 0 = time in this process,
     no communication measured). ``threads``: CPU threads per worker (default, as ``launch``:
     cores // ranks). ``stages``: extra layer groups timed whole (``meta["stages"]``, to check that
-    layers add up). ``comm`` overrides the measured latency. Writes the problem to ``path`` if given.
+    layers add up). ``comm`` overrides the measured latency. ``executor_probe``: with 2+ worker
+    processes and synthetic batches, also run ``PROBE_PLAN`` for 2 steps and take the executor's
+    time between actions and its message waits from it (``_executor_probe``). Writes the problem
+    to ``path`` if given.
     """
     nproc = ranks if processes is None else int(processes)
     if threads is None and device == "cpu":
@@ -247,8 +251,60 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
                            memory_limit=memory_limit, threads=threads, processes=0, stages=stages,
                            dp=dp, dp_bandwidth=dp_bandwidth)
         results = _run_workers(job, timeout)
-    return _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
-                     memory_limit=memory_limit, path=path, dp=int(dp), dp_bandwidth=dp_bandwidth)
+    prob = _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
+                     memory_limit=memory_limit, path=None, dp=int(dp), dp_bandwidth=dp_bandwidth)
+    if executor_probe and nproc >= 2 and ranks >= 2 and sample_input is None:
+        prob = _executor_probe(prob, model, loss_fn, device=device, dtype=job.dtype,
+                               threads=threads, timeout=timeout, keep_comm=comm is not None)
+    if path is not None:
+        save_problem(prob, path)
+    return prob
+
+
+PROBE_PLAN = "gpipe"
+"""The schedule of the executor probe: one that benchmarks compare against nothing (bench_truth's
+plans are 1F1B, ZB-H1, interleaved 1F1B, ZB-V and auto's)."""
+
+
+def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, threads, timeout: float,
+                    keep_comm: bool) -> Problem:
+    """The executor's fixed costs, measured in a short pipelined run of the real model.
+
+    The handlers' fixed part (``overhead``) and the ping-pong latency miss what the executor does
+    between two actions (posting a step's sends and receives, waking on a message, bookkeeping):
+    in bench_truth's runs 0.13-0.28 ms per action, and waits on cross-rank messages of ~0.25 ms
+    beyond their transfer where ping-pong said 0.04 (docs/cost_model.md, "Between actions"). Two
+    steps of ``PROBE_PLAN`` (after one warm-up) measure them as ``calibrate`` does
+    (``calibrate._fit_comm``): the median time between two actions that did not wait, added to
+    every kind's overhead, and the median wait beyond transfer on cross-rank dependencies, as
+    ``comm`` (kept as given when the caller fixed it). Only these two plan-independent numbers
+    are taken from the run; every layer's cost stays the profile's."""
+    from flexpipe_ui.library import build_named
+
+    from .calibrate import _fit_comm
+    from .costfields import cost_fields, problem_dict
+    from .tuning import measure_plans
+    plan = build_named(PROBE_PLAN, prob)
+    kw = dict(devices="cuda" if device == "cuda" else "cpu", timeout=timeout, dtype=dtype)
+    if threads:
+        kw["threads"] = threads
+    if loss_fn is not None:
+        kw["loss_fn"] = loss_fn
+    tls = measure_plans([plan], model=model, steps=2, warmup=1, repeat=1, warm_pass=False, **kw)[0]
+    cf = cost_fields(prob)
+    # the median wait: GPipe's ranks idle long between its phases and wake slowly from that,
+    # which the plans it stands for do not (their mean would be the probe's tail)
+    wait, loop = _fit_comm([(plan, tls)], prob, cf["layers"], cf, wait_stat=statistics.median)
+    ov = {k: v + loop for k, v in cf["overhead"].items()}
+    d = problem_dict(prob)
+    if not keep_comm:
+        d["comm"] = float(wait)
+    meta = dict(d.get("meta") or {})
+    meta["executor_probe"] = {"plan": PROBE_PLAN, "steps": len(tls), "loop_gap": float(loop),
+                              "comm_wait": float(wait), "comm_pingpong": float(prob.comm)}
+    d["meta"] = meta
+    return _with_cost_fields(d, bandwidth=cf["bandwidth"], overhead=ov, comm_cpu=cf["comm_cpu"],
+                             layers=cf["layers"])
 
 
 def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path,

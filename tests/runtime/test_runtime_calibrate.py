@@ -72,6 +72,20 @@ def test_calibrate_takes_the_switch_off_before_refitting():
     assert simulate(other, got).makespan == pytest.approx(simulate(other, truth).makespan)
 
 
+def test_the_profilers_probe_loop_gap_is_replaced_not_added_twice():
+    """A profiled overhead holds the handlers' fixed part + the executor probe's loop gap
+    (meta["executor_probe"]); calibrate puts the runs' own loop gap in its place."""
+    base = _base()
+    truth = _with_cost_fields(problem_dict(base), overhead=0.125)
+    profiled = _with_cost_fields({**problem_dict(base), "meta": {"executor_probe": {"loop_gap": 0.25}}},
+                                 overhead=0.375)
+    plans = [build_named(n, base) for n in ("1f1b", "zb-h1")]
+    got = calibrate_runs([(p, [_measured(p, truth)]) for p in plans], profiled, fit_overhead=False)
+    assert got.meta["calibration"]["loop_gap"] == 0.0          # simulated runs: no executor gaps
+    assert cost_fields(got)["overhead"] == {k: pytest.approx(0.125) for k in "FIWB"}
+    assert "executor_probe" not in got.meta
+
+
 def test_calibrate_with_fused_backward_refits_bw_and_keeps_the_split():
     base = _base()
     truth = _scaled(base, 1.0, 2.0, 2.0, comm=0.0)

@@ -45,6 +45,13 @@ def test_profile_measures_every_cost_field_in_worker_processes():
     assert math.isfinite(prob.comm) and prob.comm >= 0
     assert cf["bandwidth"] is None or _finite_pos(cf["bandwidth"])
     assert 0.0 <= cf["comm_cpu"] <= 1.0 and len(prob.meta["comm_samples"]) >= 2
+    # the executor probe (a short GPipe run): its time between actions is in every overhead,
+    # its median message wait is comm
+    probe = prob.meta["executor_probe"]
+    assert probe["plan"] == "gpipe" and probe["steps"] == 2 and probe["loop_gap"] >= 0
+    assert prob.comm == probe["comm_wait"] and math.isfinite(probe["comm_pingpong"])
+    assert all(cf["overhead"][k] == pytest.approx(prob.meta["overhead_measured"][k] + probe["loop_gap"])
+               for k in "FIWB")
     # switching stages: measured against another stage's actions, never negative
     assert all(math.isfinite(e["switch"]) and e["switch"] >= 0 for e in cf["layers"])
     st = prob.meta["stages"]
