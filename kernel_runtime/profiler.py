@@ -283,14 +283,16 @@ def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, t
 
     from .calibrate import _fit_comm
     from .costfields import cost_fields, problem_dict
-    from .tuning import measure_plans
+    from .launcher import launch
     plan = build_named(PROBE_PLAN, prob)
     kw = dict(devices="cuda" if device == "cuda" else "cpu", timeout=timeout, dtype=dtype)
     if threads:
         kw["threads"] = threads
     if loss_fn is not None:
         kw["loss_fn"] = loss_fn
-    tls = measure_plans([plan], model=model, steps=2, warmup=1, repeat=1, warm_pass=False, **kw)[0]
+    h = launch(plan, model=model, steps=3, **kw)          # 1 warm-up step, 2 read
+    h.wait()
+    tls = [ev.timeline for ev in h.step_events if ev.step >= 1]
     cf = cost_fields(prob)
     # the median wait: GPipe's ranks idle long between its phases and wake slowly from that,
     # which the plans it stands for do not (their mean would be the probe's tail)
