@@ -42,7 +42,7 @@ import numpy as np
 from .kinds import Kind, StageCost, get_kind
 
 __all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
-           "action_durations", "switch_time", "stage_switch", "message_size", "kind_memory_units", "memory_effects",
+           "action_durations", "switch_time", "switch_charge", "stage_switch", "message_size", "kind_memory_units", "memory_effects",
            "action_memory", "stage_memory", "backward_time", "fused_backward", "allreduce_time",
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
            "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
@@ -187,21 +187,30 @@ def stage_switch(costs: StageCosts) -> np.ndarray:
     return np.asarray(costs.switch, float)
 
 
-def switch_time(g, costs: StageCosts) -> np.ndarray:
-    """Per action of a compiled graph: the stage's ``switch`` when the action occupies compute and
-    the previous action on its lane ran another stage (0 for a lane's first action, and without
-    ``switch``). It depends on the order, so only a fixed order can charge it: the simulator does,
-    the list scheduler charges it as it dispatches (``dsl.scheduler``), and the exact polish and
-    the search's bounds leave it out (their bounds stay lower bounds: it only adds)."""
+def switch_charge(g, costs: StageCosts, dur: np.ndarray | None = None) -> np.ndarray:
+    """Per action of a compiled graph: what it pays when its lane's previous action ran another
+    stage -- its stage's ``switch`` if it occupies compute and is not a no-op (a no-op touches
+    nothing); ``dur``: the actions' order-free durations, when the caller has them."""
+    if dur is None:
+        dur = duration_table(g.kinds, costs)[g.kind, g.stage] if g.n else np.zeros(0)
+    occupies = np.array([k.occupies_compute for k in g.kinds], bool)[g.kind]
+    return np.where(occupies & (dur > 0), stage_switch(costs)[g.stage], 0.0)
+
+
+def switch_time(g, costs: StageCosts, dur: np.ndarray | None = None) -> np.ndarray:
+    """Per action of a compiled graph: its ``switch_charge`` when the previous action on its lane
+    ran another stage (0 for a lane's first action, and without ``switch``). It depends on the
+    order, so only a fixed order can charge it: the simulator does, the list scheduler charges it
+    as it dispatches (``dsl.scheduler``), and the exact polish and the search's bounds leave it
+    out (their bounds stay lower bounds: it only adds)."""
     n = g.n
     if costs.switch is None or n == 0:
         return np.zeros(n)
     order = np.lexsort((g.lane_pos, g.lane))
     lane, stage = g.lane[order], g.stage[order]
     changed = np.r_[False, (lane[1:] == lane[:-1]) & (stage[1:] != stage[:-1])]
-    occupies = np.array([k.occupies_compute for k in g.kinds], bool)[g.kind[order]]
     out = np.zeros(n)
-    out[order] = np.where(changed & occupies, stage_switch(costs)[stage], 0.0)
+    out[order] = np.where(changed, switch_charge(g, costs, dur)[order], 0.0)
     return out
 
 
@@ -215,7 +224,7 @@ def action_durations(g, costs: StageCosts, *, ordered: bool = True) -> tuple[np.
     n = g.n
     dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
     if ordered and costs.switch is not None:
-        dur = dur + np.where(dur > 0, switch_time(g, costs), 0.0)     # a no-op touches nothing
+        dur = dur + switch_time(g, costs, dur)
     ends = (g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])
     lat = edge_latency(costs, *ends)
     if costs.comm_cpu and len(lat):

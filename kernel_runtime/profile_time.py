@@ -214,15 +214,14 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
     device = device or x.device
     units = [tuple(u) for u in units]
     n = len(layers)
-    extra = [o for o in {other_stage(u, n, ranks) for u in units} if o is not None and o not in units] \
-        if ranks > 1 else []
+    others = {u: other_stage(u, n, ranks) if ranks > 1 else None for u in units}
+    extra = [o for o in set(others.values()) if o is not None and o not in units]
     ins, gys = unit_inputs(layers, units + extra, x, loss_fn, target)
     probes = {u: _Probe([layers[i] for i in u], loss_fn, ins[u], target, gys[u],
                         first_on_data=(u[0] == 0 and not x.is_floating_point()), last=(u[-1] == n - 1))
               for u in units + extra}
     got: dict[tuple, list[dict]] = {u: [] for u in units}
     alt: dict[tuple, dict[str, list[float]]] = {u: {"F": [], "B": []} for u in units}
-    others = {u: other_stage(u, len(layers), ranks) if ranks > 1 else None for u in units}
     for rep in range(warmup + repeats):
         if between is not None:
             between(rep)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..costmodel import action_durations, stage_memory, stage_switch
+from ..costmodel import action_durations, stage_memory, switch_charge
 from ..graph import compile_schedule
 from ..ir import Action, Schedule
 from ..kinds import get_kind
@@ -128,9 +128,7 @@ def _skeleton(P: _Plan, placement, kinds_per_stage, costs: StageCosts) -> None:
     P.kind = [g.kinds[k] for k in g.kind.tolist()]
     dur, lat = action_durations(g, costs, ordered=False)
     P.dur = dur.tolist()
-    occupies = [k.occupies_compute for k in P.kind]
-    sw = stage_switch(costs)             # costmodel.switch_time's rule, charged at dispatch
-    P.after_other = [float(sw[s]) if occupies[i] and P.dur[i] > 0 else 0.0 for i, s in enumerate(P.stage)]
+    P.after_other = switch_charge(g, costs, dur).tolist()     # costmodel.switch_time, at dispatch
     P.deps = [[] for _ in range(n)]
     P.users = [[] for _ in range(n)]
     for a, b, w in zip(g.src.tolist(), g.dst.tolist(), lat.tolist()):
