@@ -16,7 +16,7 @@ __all__ = ["PROBLEM_FIELDS", "LAYER_FIELDS", "KINDS", "_with_cost_fields", "cost
            "problem_dict"]
 
 PROBLEM_FIELDS = ("bandwidth", "overhead", "comm_cpu")
-LAYER_FIELDS = ("out", "bw", "act_w", "grad", "switch")
+LAYER_FIELDS = ("out", "bw", "act_w", "grad", "switch", "temp")
 KINDS = ("F", "I", "W", "B")
 
 

@@ -157,12 +157,9 @@ def _infer_shapes(plan, rank, layers, sample, loss_target, device, dtype, to_glo
     return shapes
 
 
-def _peak_memory_mib(device, rec, params, opt) -> float:
-    """This step's peak memory of the rank, MiB: CUDA's ``max_memory_allocated`` on a GPU; on CPU
-    the activation peak the executor tracked + parameters, gradients and optimizer state."""
-    import torch
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+def _tracked_memory_mib(rec, params, opt) -> float:
+    """This step's peak by the executor's own count, MiB: the activation bytes it tracked + parameters,
+    gradients and optimizer state (the cost model's rule, kept for diagnosis only)."""
     from .memory import static_bytes
     return (rec.peak_activation + static_bytes(params, opt)) / 2 ** 20
 
@@ -201,6 +198,7 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     from .dp import GradAllReduce, Layout, replica_share
     from .executor import DEFAULT_HANDLERS, CpuTimer, CudaTimer, RankExecutor
     from .models import as_spec
+    from .procmem import RankMemory
     from .transport import ChannelGroups
 
     from .affinity import pin_worker
@@ -237,6 +235,8 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
         sched = plan.schedule
         part = plan.partition or tuple((s,) for s in range(sched.num_stages))
         mine = sched.stages_of(rank)
+        mem = RankMemory(device)
+        mem.plan_start()                 # before this plan's layers exist
         built = iter(spec.layers([i for s in mine for i in part[s]], job.seed, device=device, dtype=dtype))
         layers = {s: [next(built) for _ in part[s]] for s in mine}
         params = [p for s in mine for l in layers[s] for p in l.parameters()]
@@ -244,16 +244,22 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
         comm = derive_comm(sched)
         groups.ensure(comm.channels, rank, device)
 
+        feeds, scores = 0 in mine, sched.num_stages - 1 in mine
+
         def mb(step):
+            # only the first stage's rank keeps the inputs and only the last stage's the targets
+            # (the rest would hold a whole batch on its device for nothing)
             x, t = get_batch(spec, job.data, step, job.seed)
-            x = replica_share(x, lay.replica, lay.replicas, "input batch")
-            t = replica_share(t, lay.replica, lay.replicas, "target batch")
-            x = x.to(device)
-            t = t.to(device)
-            x = x.to(dtype) if x.is_floating_point() else x
-            t = t.to(dtype) if t.is_floating_point() else t
-            return (split_microbatches(x, sched.microbatches, "input batch"),
-                    split_microbatches(t, sched.microbatches, "target batch"))
+            out = []
+            for v, what, keep in ((x, "input batch", feeds), (t, "target batch", scores)):
+                v = replica_share(v, lay.replica, lay.replicas, what)
+                if not keep:
+                    out.append(None)
+                    continue
+                v = v.to(device)
+                v = v.to(dtype) if v.is_floating_point() else v
+                out.append(split_microbatches(v, sched.microbatches, what))
+            return out[0], out[1]
 
         first = mb(0)
         shapes = _infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, dtype,
@@ -264,15 +270,15 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
         if allreduce is not None:
             ex.on_stage_done = lambda s, ex=ex: allreduce.start(ex.params[s])
         ex.watch = watch
+        mem.settled()
         for step in range(task.steps):
             inputs, targets = first if step == 0 else mb(step)
             if progress:
                 ex.progress = lambda pos, ti=ti, step=step: progress(ti, step, pos)
             dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            rec = ex.run_step(inputs if 0 in mine else None,
-                              targets if sched.num_stages - 1 in mine else None, step)
+            with mem.step(step):
+                rec = ex.run_step(inputs if 0 in mine else None,
+                                  targets if sched.num_stages - 1 in mine else None, step)
             if allreduce is not None:
                 allreduce.finish()
             grads = None
@@ -283,9 +289,11 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
             if opt is not None:
                 opt.step()
             t_end = timer.now()
+            mem.after_optimizer(step)
             report({"type": "step", "rank": glob, "prank": rank, "replica": lay.replica, "task": ti,
                     "step": step, "loss": rec.loss, "records": rec.records, "t0": rec.t0, "t_end": t_end,
-                    "grads": grads, "peak_mem": _peak_memory_mib(device, rec, params, opt)})
+                    "grads": grads, "peak_mem": mem.peak_mib(), "peak_rss": mem.rss_mib(),
+                    "peak_tracked": _tracked_memory_mib(rec, params, opt)})
         del ex, layers, params, opt
     dist.barrier()
     report({"type": "done", "rank": glob})
