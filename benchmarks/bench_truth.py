@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 round, 3 steps, 1 pass (smoke test)")
     ap.add_argument("--small", action="store_true", help="tiny models (tests; figures mean little)")
     ap.add_argument("--families", "--models", default=None, help="comma-separated subset of the families")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="auto: CUDA with 2+ GPUs, else CPU; cuda: also with one GPU, the ranks sharing it "
+                         "(memory per process is exact, timings are not representative)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.passes, args.time_limit = 1, 3, 1, min(args.time_limit, 3.0)
@@ -137,7 +140,10 @@ def main(argv=None) -> int:
 
     from truth_models import describe, families
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    devices = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "cpu"
+    devices = ("cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "cpu") \
+        if args.device == "auto" else args.device
+    if devices == "cuda" and torch.cuda.device_count() < 2:
+        print("bench_truth: the ranks share one GPU: step times are not a pipeline's (memory is per process)")
     fams = families(seed, small=args.small, only=tuple(args.families.split(",")) if args.families else None)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     print(f"bench_truth: seed={seed} on {devices}, {args.rounds} round(s), median of {args.steps} steps x "

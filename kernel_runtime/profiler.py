@@ -95,18 +95,37 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     overhead = action_overhead(dev, dt)
     comm = None
     if job.world > 1:
-        c = measure_comm(rank, dev)
+        import torch.distributed as dist
+        c = measure_comm(rank, dev, staged=dev.type == "cuda" and dist.get_backend() != "nccl")
         comm = None if c is None else {"latency": c.latency, "bandwidth": c.bandwidth,
                                        "comm_cpu": c.comm_cpu, "samples": c.samples}
     params = [[p.numel() * p.element_size() for p in l.parameters()] for l in layers]
     grads = [sum(p.numel() * p.element_size() for p in l.parameters() if p.requires_grad) for l in layers]
-    return {"units": {u: vars(v) for u, v in times.items()}, "temps": {u[0]: t for u, t in temps.items()},
-            "overhead": overhead, "comm": comm,
-            "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
-            "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
-            "grads": grads,
-            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
-            "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
+    out = {"units": {u: vars(v) for u, v in times.items()}, "temps": {u[0]: t for u, t in temps.items()},
+           "overhead": overhead, "comm": comm,
+           "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
+           "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
+           "grads": grads,
+           "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
+           "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
+    del layers, x, tgt, times
+    out["runtime_mem"] = _runtime_memory(dev)
+    return out
+
+
+def _runtime_memory(dev) -> float:
+    """Bytes still allocated on the device once every tensor the profiler made is gone: what the
+    libraries keep for themselves (cuBLAS and cuBLASLt workspaces: 65 MiB a process on an H200
+    with torch 2.11), part of every rank's peak (CUDA's ``max_memory_allocated``). 0 on CPU,
+    where a run's figure counts the plan's own allocations only (``procmem``)."""
+    if dev.type != "cuda":
+        return 0.0
+    import gc
+
+    import torch
+    gc.collect()
+    torch.cuda.synchronize(dev)
+    return float(torch.cuda.memory_allocated(dev))
 
 
 def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
@@ -127,10 +146,16 @@ def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
         if job.world > 1:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
             os.environ["MASTER_PORT"] = str(job.port)
-            backend = "nccl" if job.device == "cuda" else "gloo"
+            # as the launcher: NCCL with a GPU per process; processes sharing GPUs talk over gloo
+            # through host memory (NCCL refuses two ranks on one device)
+            backend = "nccl" if job.device == "cuda" and torch.cuda.device_count() >= job.world else "gloo"
+            kw = {}
             if job.device == "cuda":
                 torch.cuda.set_device(rank % torch.cuda.device_count())
-            dist.init_process_group(backend, rank=rank, world_size=job.world, timeout=timedelta(seconds=300))
+                if backend == "nccl":
+                    kw["device_id"] = torch.device("cuda", rank % torch.cuda.device_count())
+            dist.init_process_group(backend, rank=rank, world_size=job.world, timeout=timedelta(seconds=300),
+                                    **kw)
             between = lambda rep: dist.barrier()
         res = _measure(job, rank, between)
         if job.world > 1:
@@ -194,7 +219,8 @@ def _combine(results: list[dict]) -> dict:
     if comms:
         comm = {"latency": comms[0]["latency"], "bandwidth": comms[0]["bandwidth"],
                 "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
-    return {**base, "units": units, "overhead": ov, "comm": comm}
+    return {**base, "units": units, "overhead": ov, "comm": comm,
+            "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results)}
 
 
 def _spread(samples: dict) -> float:
@@ -352,6 +378,8 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         d["memory_limit"] = memory_limit
     from .transport import RECEIVE_WINDOW
     d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
+    if res.get("runtime_mem"):
+        d["runtime_mem"] = res["runtime_mem"] / _MIB
     if res["units"][(0,)]["deferred"]:
         d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None
