@@ -31,7 +31,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_truth import library_plans, models  # noqa: E402
+from truth_models import fixed_models as models, library_plans  # noqa: E402
 
 
 def reorder(plan, *, split_odd: bool = False, split_all: bool = False, w_now: bool = False):

@@ -56,6 +56,8 @@ class _ProfileJob:
     spawned: bool = True
     pin_cpus: bool = True
     ranks: int = 2
+    max_repeats: int | None = None
+    tolerance: float = 0.03
 
 
 def _sample(spec, job: _ProfileJob):
@@ -88,8 +90,10 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     singles = [(i,) for i in range(spec.num_layers)]
     extra = [tuple(u) for u in job.units if len(u) > 1]
     t = time.perf_counter()
+    noise: dict = {}
     times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
-                       warmup=job.warmup, device=dev, between=between, ranks=job.ranks)
+                       warmup=job.warmup, device=dev, between=between, ranks=job.ranks,
+                       max_repeats=job.max_repeats, tolerance=job.tolerance, agree=_agree(job), report=noise)
     from .profile_memory import unit_temps
     temps = unit_temps(layers, singles, x, tgt, spec.loss_fn, dev)
     overhead = action_overhead(dev, dt)
@@ -107,10 +111,27 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
            "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
            "grads": grads,
            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
-           "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
+           "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__,
+           "noise": noise}
     del layers, x, tgt, times
     out["runtime_mem"] = _runtime_memory(dev)
     return out
+
+
+def _agree(job: _ProfileJob):
+    """With several workers: ``done`` only when every worker is done (they time in lockstep)."""
+    if job.world <= 1:
+        return None
+
+    def agree(done: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+        flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+    return agree
 
 
 def _runtime_memory(dev) -> float:
@@ -220,7 +241,9 @@ def _combine(results: list[dict]) -> dict:
         comm = {"latency": comms[0]["latency"], "bandwidth": comms[0]["bandwidth"],
                 "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
     return {**base, "units": units, "overhead": ov, "comm": comm,
-            "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results)}
+            "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results),
+            "noise": {"repeats": base["noise"].get("repeats"),
+                      "drift": max(r["noise"].get("drift", 0.0) for r in results)}}
 
 
 def _spread(samples: dict) -> float:
@@ -239,7 +262,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
             processes: int | None = None, stages: Sequence[Sequence[int]] = (),
             timeout: float = 900.0, dp: int = 1, dp_bandwidth: float | None = None,
-            executor_probe: bool = True) -> Problem:
+            executor_probe: bool = True, max_repeats: int | None = None, tolerance: float = 0.03) -> Problem:
     """Measure per-layer f, b, w, bw (ms), act, act_w, out, mem (MiB), and the problem's overhead,
     comm, bandwidth and comm_cpu; one microbatch of ``model`` (what ``launch`` takes).
 
@@ -248,8 +271,10 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     cores // ranks). ``stages``: extra layer groups timed whole (``meta["stages"]``, to check that
     layers add up). ``comm`` overrides the measured latency. ``executor_probe``: with 2+ worker
     processes and synthetic batches, also run ``PROBE_PLAN`` for 2 steps and take the executor's
-    time between actions and its message waits from it (``_executor_probe``). Writes the problem
-    to ``path`` if given.
+    time between actions and its message waits from it (``_executor_probe``). ``max_repeats``
+    (default 2 x ``repeats``): while the machine's speed moved by more than ``tolerance`` over the
+    repetitions timed so far, more are timed, up to this many; ``meta["noise"]`` says how many
+    ran and how far the machine moved. Writes the problem to ``path`` if given.
     """
     nproc = ranks if processes is None else int(processes)
     if threads is None and device == "cpu":
@@ -257,7 +282,9 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
     job = _ProfileJob(model, loss_fn, sample_input, targets, microbatches, device,
                       dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."),
                       int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc),
-                      spawned=nproc > 0, ranks=max(1, int(ranks)))
+                      spawned=nproc > 0, ranks=max(1, int(ranks)),
+                      max_repeats=int(max_repeats) if max_repeats is not None else 2 * int(repeats),
+                      tolerance=float(tolerance))
     if nproc <= 0:
         import torch
         old = torch.get_num_threads()
@@ -362,6 +389,7 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
             "units": "ms, MiB", "repeats": job.repeats, "warmup": job.warmup, "torch": res["torch"],
             "threads": res["threads"], "processes": job.world if job.spawned else 0,
             "spread": max(u["spread"] for u in res["units"].values()),
+            "noise": dict(res.get("noise") or {}),
             "overhead_measured": dict(ov)}
     if stages:
         meta["stages"] = stages
