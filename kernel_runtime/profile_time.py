@@ -220,8 +220,8 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
                repeats: int = 7, warmup: int = 2, device=None,
                between: Callable[[int], None] | None = None, ranks: int = 2,
                max_repeats: int | None = None, tolerance: float = 0.03,
-               agree: Callable[[bool], bool] | None = None, report: dict | None = None
-               ) -> dict[tuple, UnitTimes]:
+               agree: Callable[[bool], bool] | None = None, report: dict | None = None,
+               switch: bool = True) -> dict[tuple, UnitTimes]:
     """Median F, I, W, B (ms) and bytes of each unit (a tuple of layer indices, contiguous).
 
     ``between(rep)`` runs before each repetition (the profiling workers' barrier). After
@@ -233,7 +233,9 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
     device = device or x.device
     units = [tuple(u) for u in units]
     n = len(layers)
-    others = {u: other_stage(u, n, ranks) if ranks > 1 else None for u in units}
+    # the switch probe for single layers only (``switch``): a group timed whole is a check of how
+    # layers add up, not a unit the cost model charges
+    others = {u: other_stage(u, n, ranks) if ranks > 1 and switch and len(u) == 1 else None for u in units}
     extra = [o for o in set(others.values()) if o is not None and o not in units]
     ins, gys = unit_inputs(layers, units + extra, x, loss_fn, target)
     probes = {u: _Probe([layers[i] for i in u], loss_fn, ins[u], target, gys[u],
@@ -255,7 +257,8 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
             a = _after_other(probes[u], probes[others[u]], device) if others[u] is not None else None
             if rep >= warmup:
                 got[u].append(r)
-                total += statistics.median(r["f"]) + statistics.median(r["bw"])
+                if len(u) == 1:
+                    total += statistics.median(r["f"]) + statistics.median(r["bw"])
                 if a is not None:
                     for kk in "FB":
                         alt[u][kk].extend(a[kk])

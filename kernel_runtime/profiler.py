@@ -89,6 +89,7 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     layers = spec.layers(range(spec.num_layers), job.seed, device=dev, dtype=dt)
     singles = [(i,) for i in range(spec.num_layers)]
     extra = [tuple(u) for u in job.units if len(u) > 1]
+    extra += [g for g in context_groups(spec.num_layers, job.ranks) if g not in extra]
     t = time.perf_counter()
     noise: dict = {}
     times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
@@ -116,6 +117,40 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     del layers, x, tgt, times
     out["runtime_mem"] = _runtime_memory(dev)
     return out
+
+
+def context_groups(n: int, ranks: int) -> list[tuple[int, ...]]:
+    """The layer groups the profiler also times whole: one stage per rank, split evenly (what
+    1F1B-like plans run), those of two layers or more. A stage runs its layers one after another;
+    timed one at a time a layer finds its weights and input still in cache from its own previous
+    microbatch, inside a stage its neighbours have passed through (``stage_context``)."""
+    from flexpipe_ui.problem import even_partition
+    if n < 2:
+        return []
+    return [tuple(g) for g in even_partition(n, max(1, min(ranks, n // 2))) if len(g) > 1]
+
+
+def stage_context(units: dict, ov: dict[str, float], n: int) -> list[dict[str, float]]:
+    """Per layer and kind, how much slower it runs inside a stage than timed alone: over the groups
+    timed whole that hold it, (group's time − one action's overhead) / Σ its layers' times
+    (each less the overhead), averaged; 1 for a layer in no group. Measured on bench_truth's MLP:
+    1.05-1.19 for small layers (weights of 1-4 MiB), 1.00 ± 0.03 for the GPT's and the conv
+    model's (docs/cost_model.md, "Layers inside a stage")."""
+    key = {"F": "f", "I": "b", "W": "w", "B": "bw"}
+    ratios: list[dict[str, list[float]]] = [{k: [] for k in key} for _ in range(n)]
+    less = lambda t, k: max(t - ov[k], 1e-4)
+    for u, v in units.items():
+        if len(u) < 2:
+            continue
+        for k, f in key.items():
+            if f in ("b", "w") and any(units[(i,)]["deferred"] for i in u):
+                continue                             # the data-fed layer moves work from I to W
+            parts = [less(units[(i,)][f], k) for i in u]
+            whole = v[f] - ov[k]
+            if whole > 0:
+                for i in u:
+                    ratios[i][k].append(whole / sum(parts))
+    return [{k: (statistics.fmean(v) if v else 1.0) for k, v in r.items()} for r in ratios]
 
 
 def _agree(job: _ProfileJob):
@@ -370,14 +405,16 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
               dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
     ov = res["overhead"]
     state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
-    less = lambda t, k: max(t - ov[k], 1e-4)                   # the fixed part is the problem's overhead
+    ctx = stage_context(res["units"], ov, len(res["names"]))
+    # the fixed part is the problem's overhead; each layer as it runs inside a stage
+    less = lambda t, k, i: max(t - ov[k], 1e-4) * ctx[i][k]
     layers, extras = [], []
     for i, name in enumerate(res["names"]):
         u = res["units"][(i,)]
-        b = 0.0 if u["deferred"] else less(u["b"], "I")
-        layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
+        b = 0.0 if u["deferred"] else less(u["b"], "I", i)
+        layers.append({"f": less(u["f"], "F", i), "b": b, "w": less(u["w"], "W", i), "act": u["act"] / _MIB,
                        "mem": res["params"][i] * state_factor / _MIB, "name": name})
-        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB,
+        extras.append({"bw": less(u["bw"], "B", i), "act_w": u["act_w"] / _MIB,
                        "switch": u.get("switch", 0.0),
                        "temp": {k: v / _MIB for k, v in res["temps"][i].items()},
                        "out": u["out"] / _MIB,
@@ -390,7 +427,8 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
             "threads": res["threads"], "processes": job.world if job.spawned else 0,
             "spread": max(u["spread"] for u in res["units"].values()),
             "noise": dict(res.get("noise") or {}),
-            "overhead_measured": dict(ov)}
+            "overhead_measured": dict(ov),
+            "stage_context": [{k: round(v, 4) for k, v in c.items()} for c in ctx]}
     if stages:
         meta["stages"] = stages
     if c is not None:

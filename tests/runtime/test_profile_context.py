@@ -1,0 +1,43 @@
+"""The profiler's stage context (``profiler.stage_context``) and its drift-widened repetitions
+(``profile_time.drift``): layers timed alone are rescaled by how the groups they sit in add up
+when timed whole; a series whose halves differ says how far the machine moved."""
+from __future__ import annotations
+
+import pytest
+
+from kernel_runtime.profile_time import drift
+from kernel_runtime.profiler import context_groups, stage_context
+
+OV = {"F": 0.1, "I": 0.1, "W": 0.1, "B": 0.1}
+
+
+def _u(f, b, w, bw, deferred=False):
+    return {"f": f, "b": b, "w": w, "bw": bw, "deferred": deferred}
+
+
+def test_layers_rescaled_by_how_their_group_adds_up():
+    units = {(0,): _u(1.0, 1.0, 1.0, 2.0), (1,): _u(2.0, 1.0, 1.0, 2.0), (2,): _u(5.0, 5.0, 5.0, 5.0),
+             (0, 1): _u(3.3, 2.2, 2.0, 4.4)}
+    got = stage_context(units, OV, 3)
+    assert got[0]["F"] == pytest.approx((3.3 - 0.1) / (0.9 + 1.9))
+    assert got[0] == got[1]
+    assert got[2] == {"F": 1.0, "I": 1.0, "W": 1.0, "B": 1.0}        # in no group: as timed
+
+
+def test_a_data_fed_layer_leaves_its_groups_split_backward_alone():
+    units = {(0,): _u(1.0, 0.0, 2.0, 2.0, deferred=True), (1,): _u(1.0, 1.0, 1.0, 2.0),
+             (0, 1): _u(2.2, 1.5, 3.0, 4.0)}
+    got = stage_context(units, OV, 2)
+    assert got[0]["I"] == got[0]["W"] == 1.0 and got[0]["F"] != 1.0
+
+
+def test_groups_are_one_stage_per_rank():
+    assert context_groups(9, 2) == [(0, 1, 2, 3, 4), (5, 6, 7, 8)]
+    assert context_groups(6, 4) == [(0, 1), (2, 3), (4, 5)]
+    assert context_groups(1, 2) == []
+
+
+def test_drift_is_the_halves_apart():
+    assert drift([10, 10, 10, 10, 10, 10]) == 0.0
+    assert drift([10, 10, 10, 12, 12, 12]) == pytest.approx(2 / 11)
+    assert drift([10, 11]) == 0.0                                     # too few to tell
