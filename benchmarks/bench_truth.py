@@ -37,7 +37,7 @@ LIBRARY = ("1f1b", "zb-h1", "interleaved-1f1b", "zb-v")
 
 
 def models(small: bool) -> dict:
-    from kernel_runtime.mlp import mlp_chain
+    from kernel_runtime.models.mlp import mlp_chain
     from kernel_runtime.models import demo_gpt
     if small:
         return {"gpt-heavy-head": demo_gpt(vocab=512, seq=16, dim=32, heads=2, n_blocks=6, batch_size=16),
@@ -57,9 +57,9 @@ def one_round(spec, *, ranks, mbs, steps, passes, devices, time_limit, log) -> d
     from flexpipe_ui.search import auto_search
     from flexpipe_ui.sim import simulate
 
-    from kernel_runtime.calibrate import calibrate_runs
-    from kernel_runtime.profiler import profile
-    from kernel_runtime.tuning import fastest_measured, measure_plans, plan_key, shortlist, with_neighbours
+    from flexpipe_ui.calibrate import calibrate_runs
+    from kernel_runtime.measure.profiler import profile
+    from kernel_runtime.measure.tuning import fastest_measured, measure_plans, plan_key, shortlist, with_neighbours
 
     dev = "cuda" if devices == "cuda" else "cpu"
     t = time.perf_counter()

@@ -30,7 +30,7 @@ _FIELD = {"F": "f", "I": "b", "W": "w"}
 
 def predicted(prob, lay, kind) -> float:
     """Σ of the stage's per-layer cost of ``kind`` + the per-action overhead."""
-    from kernel_runtime.costfields import cost_fields
+    from flexpipe_ui.costfields import cost_fields
     cf = cost_fields(prob)
     if kind == "B":
         work = sum(cf["layers"][i].get("bw") or (prob.layers[i].b + prob.layers[i].w) for i in lay)
@@ -75,10 +75,10 @@ def main(argv=None) -> int:
     import torch
 
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.calibrate import _gaps
-    from kernel_runtime.costfields import cost_fields
-    from kernel_runtime.launcher import launch
-    from kernel_runtime.profiler import profile
+    from flexpipe_ui.calibrate import _gaps
+    from flexpipe_ui.costfields import cost_fields
+    from kernel_runtime.run.launcher import launch
+    from kernel_runtime.measure.profiler import profile
     ranks = 2
     specs = models(args.small)
     if args.models:

@@ -12,25 +12,32 @@ from __future__ import annotations
 
 import importlib
 
+from . import _moved
+
+_moved.install()          # old flat module paths answer for one release (docs/CHANGELOG.md)
+
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
            "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
            "LaunchConfig", "DEFAULT_HANDLERS", "derive_comm", "models", "tune", "TuneResult",
            "calibrate_runs", "split_module", "SplitError", "from_transformers"]
 
 _WHERE = {
-    "launch": "launcher", "RunHandle": "launcher", "StepEvent": "launcher", "WorkerError": "launcher",
-    "PlanRefused": "launcher", "profile": "profiler", "calibrate": "profiler", "demo_gpt": "models",
-    "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
-    "reference_run": "data", "DEFAULT_HANDLERS": "executor", "LaunchConfig": "config", "derive_comm": "flexpipe_ui.passes",
-    "tune": "tuning", "TuneResult": "tuning", "calibrate_runs": "calibrate",
-    "split_module": "split", "SplitError": "split", "from_transformers": "hf",
+    "launch": "run.launcher", "RunHandle": "run.launcher", "StepEvent": "run.launcher",
+    "WorkerError": "run.launcher", "PlanRefused": "run.launcher", "LaunchConfig": "run.config",
+    "DEFAULT_HANDLERS": "run.executor", "derive_comm": "flexpipe_ui.passes",
+    "profile": "measure.profiler", "tune": "measure.tuning", "TuneResult": "measure.tuning",
+    "calibrate": "flexpipe_ui.calibrate", "calibrate_runs": "flexpipe_ui.calibrate",
+    "demo_gpt": "models", "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
+    "reference_run": "models.data", "split_module": "models.split", "SplitError": "models.split",
+    "from_transformers": "models.hf",
 }
 
 
 def __getattr__(name: str):
     if name in _WHERE:
         where = _WHERE[name]
-        return getattr(importlib.import_module(where if "." in where else f".{where}", __name__), name)
+        mod = where if where.startswith("flexpipe_ui") else f"{__name__}.{where}"
+        return getattr(importlib.import_module(mod), name)
     if name in ("models",):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'kernel_runtime' has no attribute {name!r}")

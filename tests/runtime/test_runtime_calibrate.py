@@ -13,8 +13,8 @@ from flexpipe_ui.library import build_named
 from flexpipe_ui.problem import Layer, Problem, load_problem, save_problem
 from flexpipe_ui.sim import simulate
 
-from kernel_runtime.calibrate import CalibrationError, _fit_overhead, calibrate, calibrate_runs
-from kernel_runtime.costfields import _with_cost_fields, cost_fields, problem_dict
+from flexpipe_ui.calibrate import CalibrationError, _fit_overhead, calibrate, calibrate_runs
+from flexpipe_ui.costfields import _with_cost_fields, cost_fields, problem_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,7 @@ def test_cost_fields_round_trip_through_a_problem_file(tmp_path):
 
 
 def test_calibrate_imports_without_torch():
-    code = ("import sys, kernel_runtime.calibrate, kernel_runtime.costfields; "
+    code = ("import sys, flexpipe_ui.calibrate, flexpipe_ui.costfields; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -166,7 +166,7 @@ def test_the_executors_time_between_actions_becomes_overhead():
 
 def test_latency_and_bandwidth_fit():
     pytest.importorskip("torch")
-    from kernel_runtime.profile_comm import fit_latency_bandwidth
+    from kernel_runtime.measure.profile_comm import fit_latency_bandwidth
     pts = [(mib, 0.08 + mib / 2.5) for mib in (0.0, 0.0625, 1.0, 4.0)]
     lat, bw = fit_latency_bandwidth(pts)
     assert lat == pytest.approx(0.08) and bw == pytest.approx(2.5)

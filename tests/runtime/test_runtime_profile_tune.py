@@ -22,8 +22,8 @@ def _finite_pos(x) -> bool:
 
 @pytest.mark.timeout(180)
 def test_profile_measures_every_cost_field_in_worker_processes():
-    from kernel_runtime.costfields import cost_fields
-    from kernel_runtime.profiler import profile
+    from flexpipe_ui.costfields import cost_fields
+    from kernel_runtime.measure.profiler import profile
     spec = _tiny()
     prob = profile(spec, ranks=2, microbatches=2, repeats=3, warmup=1, stages=[(1, 2)])
     cf = cost_fields(prob)
@@ -96,7 +96,7 @@ def test_tune_end_to_end_on_two_gloo_processes():
     from flexpipe_ui.validate import validate
 
     from kernel_runtime import tune
-    from kernel_runtime.costfields import cost_fields
+    from flexpipe_ui.costfields import cost_fields
     events = []
     res = tune(_tiny(), ranks=2, microbatches=4, rounds=2, steps=2, time_limit=1.0, repeats=2,
                progress=events.append)
@@ -125,7 +125,7 @@ def test_probe_times_each_pattern_in_steady_state(monkeypatch):
     of each pattern: the order the probe times in biased the split/fused ratio (docs/cost_model.md)."""
     from types import MappingProxyType
 
-    from kernel_runtime import profile_time as pt
+    from kernel_runtime.measure import profile_time as pt
     spec = _tiny()
     x, tgt = spec.batch(0, 4, torch.Generator().manual_seed(0))
     layers = spec.layers(range(spec.num_layers), 0, device=torch.device("cpu"), dtype=torch.float32)

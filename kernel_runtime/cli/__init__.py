@@ -45,7 +45,7 @@ def schedule_plan(name: str, ranks: int, microbatches: int, n_layers: int, chunk
 
 
 def _model(args):
-    from .model_arg import resolve_model
+    from ..models.model_arg import resolve_model
     return resolve_model(args)
 
 
@@ -69,8 +69,8 @@ def _train(args) -> int:
 
     from flexpipe_ui.planfile import load_plan
 
-    from .data import reference_run
-    from .launcher import launch
+    from ..models.data import reference_run
+    from ..run.launcher import launch
     if args.dp < 1:
         raise ValueError(f"--dp must be >= 1, got {args.dp}")
     args.layers_given = args.layers is not None
@@ -193,13 +193,13 @@ def _tune(args) -> int:
     from flexpipe_ui.planfile import save_plan
     from flexpipe_ui.problem import save_problem
 
-    from .tuning import tune
+    from ..measure.tuning import tune
     args.layers = args.layers or 6
     spec, _ = _model(args)
     if spec.batch_size % args.microbatches:
         raise ValueError(f"--batch-size {spec.batch_size} does not split into {args.microbatches} microbatches")
-    from .launcher import WorkerError
-    from .profiler import ProfileError
+    from ..run.launcher import WorkerError
+    from ..measure.profiler import ProfileError
     try:
         res = tune(spec, ranks=args.ranks, microbatches=args.microbatches, rounds=args.rounds,
                    steps=args.steps, devices=args.devices, time_limit=args.time_limit,
@@ -218,7 +218,7 @@ def _tune(args) -> int:
 
 def _profile(args) -> int:
     _check_model_flags(args)
-    from .profiler import profile
+    from ..measure.profiler import profile
     args.layers_given = args.layers is not None
     args.layers = args.layers or 6
     spec, _ = _model(args)
@@ -227,7 +227,7 @@ def _profile(args) -> int:
     prob = profile(spec, ranks=args.ranks, microbatches=args.microbatches, device=args.devices,
                    dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads,
                    dp=args.dp, dp_bandwidth=args.dp_bandwidth)
-    from .costfields import cost_fields
+    from flexpipe_ui.costfields import cost_fields
     cf = cost_fields(prob)
     for i, l in enumerate(prob.layers):
         print(f"layer {i:>2} {l.name:<12} f {l.f:8.3f} b {l.b:8.3f} w {l.w:8.3f} ms  act {l.act:8.3f} "

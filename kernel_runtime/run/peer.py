@@ -51,7 +51,7 @@ def _worker(rank: int, world: int, port: int, plan_dict: dict, spec, reps: int, 
     from flexpipe_ui.planfile import plan_from_dict
 
     from flexpipe_ui.passes import derive_comm
-    from .data import get_batch, split_microbatches
+    from ..models.data import get_batch, split_microbatches
     from .executor import CpuTimer, RankExecutor
     from .transport import ChannelGroups
     from .worker import _dtype, _infer_shapes
@@ -126,7 +126,7 @@ def compare(plan, model=None, *, reps: int = 10, dtype: str = "float32", seed: i
     from flexpipe_ui.torch_interop import export_torch_csv
 
     from .launcher import _free_port, prepare_plans
-    from .models import as_spec
+    from ..models import as_spec
 
     spec = as_spec(model, num_layers=plan.num_layers)
     (plan,) = prepare_plans(plan, spec.num_layers)

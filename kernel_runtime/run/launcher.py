@@ -394,12 +394,12 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     run stops and the error names the stuck rank and action (the launcher's watchdog).
     """
     cfg = config_with(config, **fields)
-    from .hf import as_model
+    from ..models.hf import as_model
     model = as_model(model)                  # a Hugging Face model object → its ModelSpec
     import torch
     import torch.multiprocessing as tmp
 
-    from .models import as_spec
+    from ..models import as_spec
 
     if isinstance(cfg.steps, bool) or not isinstance(cfg.steps, int) or cfg.steps < 1:
         raise PlanRefused(f"steps must be an integer >= 1, got {cfg.steps!r}")

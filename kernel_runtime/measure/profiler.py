@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 from flexpipe_ui.problem import Problem, save_problem
 
-from .calibrate import CalibrationError, calibrate, calibrate_runs
-from .costfields import _with_cost_fields
+from flexpipe_ui.calibrate import CalibrationError, calibrate, calibrate_runs
+from flexpipe_ui.costfields import _with_cost_fields
 
 __all__ = ["profile", "calibrate", "calibrate_runs", "CalibrationError", "ProfileError"]
 
@@ -73,10 +73,10 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     """Time every layer (and the extra units) in this process; plain numbers out."""
     import torch
 
-    from .models import as_spec
+    from ..models import as_spec
     from .profile_comm import measure_comm
     from .profile_time import action_overhead, time_units
-    from .worker import _dtype
+    from ..run.worker import _dtype
     spec = as_spec(job.model, job.loss_fn)
     dt = _dtype(job.dtype) if isinstance(job.dtype, str) else job.dtype
     dev = torch.device(job.device, rank % max(1, torch.cuda.device_count())) \
@@ -107,7 +107,7 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
 
 def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
     """Spawned entry point: join the group (if several), measure, report to the queue."""
-    from .worker import _die_with_parent
+    from ..run.worker import _die_with_parent
     _die_with_parent()
     try:
         import torch
@@ -115,8 +115,8 @@ def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
         from datetime import timedelta
         if job.threads:
             torch.set_num_threads(job.threads)
-        from .affinity import pin_worker
-        from .allocator import keep_freed_memory
+        from ..run.affinity import pin_worker
+        from ..run.allocator import keep_freed_memory
         keep_freed_memory()                                        # as the launcher's workers
         pin_worker(rank, job.world, job.device, job.pin_cpus)     # as the launcher pins its workers
         between = None
@@ -143,7 +143,7 @@ def _run_workers(job: _ProfileJob, timeout: float) -> list[dict]:
 
     import torch.multiprocessing as tmp
 
-    from .launcher import _free_port
+    from ..run.launcher import _free_port
     job.port = _free_port()
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
@@ -238,7 +238,7 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
         finally:
             torch.set_num_threads(old)
     else:
-        from .launcher import PlanRefused, _check_sendable
+        from ..run.launcher import PlanRefused, _check_sendable
         try:
             _check_sendable(job)
         except PlanRefused as e:
@@ -281,9 +281,9 @@ def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, t
     are taken from the run; every layer's cost stays the profile's."""
     from flexpipe_ui.library import build_named
 
-    from .calibrate import _fit_comm
-    from .costfields import cost_fields, problem_dict
-    from .launcher import launch
+    from flexpipe_ui.calibrate import _fit_comm
+    from flexpipe_ui.costfields import cost_fields, problem_dict
+    from ..run.launcher import launch
     plan = build_named(PROBE_PLAN, prob)
     kw = dict(devices="cuda" if device == "cuda" else "cpu", timeout=timeout, dtype=dtype)
     if threads:

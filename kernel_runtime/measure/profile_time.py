@@ -21,8 +21,8 @@ from torch import nn
 
 from flexpipe_ui.ir import parse_action
 
-from .executor import DEFAULT_HANDLERS as HANDLERS, MBState
-from .memory import SavedBytes, activation_bytes
+from ..run.executor import DEFAULT_HANDLERS as HANDLERS, MBState
+from ..run.memory import SavedBytes, activation_bytes
 
 __all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
 
@@ -99,7 +99,7 @@ def _timed(fn: Callable, device) -> float:
 
 def unit_inputs(layers: list[nn.Module], units: Sequence[Sequence[int]], x, loss_fn, target):
     """(input, output-gradient) of every unit: one no-grad pass through the model in order."""
-    from .executor import stage_forward
+    from ..run.executor import stage_forward
     ins, gys = {}, {}
     h = x
     outs = {}

@@ -90,7 +90,7 @@ def measure_plans(plans: Sequence[Plan], *, model: Any, steps: int, warmup: int 
     and return, per plan, the measured timelines after each pass's warm-up steps. ``warm_pass``: one
     more pass first, not recorded (on bench_truth's GPT the first pass of a launch ran ~1.2x slower
     than later ones: allocator growth, first touches; the plan run first would pay it alone)."""
-    from .launcher import launch
+    from ..run.launcher import launch
     first = len(plans) if warm_pass else 0
     seq = [p for _ in range(max(1, repeat) + (1 if warm_pass else 0)) for p in plans]
     h = launch(seq, model=model, steps=warmup + steps, **launch_kwargs)
@@ -214,7 +214,7 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
     from flexpipe_ui.search import auto_search
     from flexpipe_ui.sim import simulate
 
-    from .calibrate import calibrate_runs
+    from flexpipe_ui.calibrate import calibrate_runs
     from .profiler import profile
 
     say = progress or (lambda ev: None)
