@@ -30,13 +30,12 @@ _FIELD = {"F": "f", "I": "b", "W": "w"}
 
 def predicted(prob, lay, kind) -> float:
     """Σ of the stage's per-layer cost of ``kind`` + the per-action overhead."""
-    from flexpipe_ui.costfields import cost_fields
-    cf = cost_fields(prob)
+    from flexpipe_ui.calibrate import kind_overhead
     if kind == "B":
-        work = sum(cf["layers"][i].get("bw") or (prob.layers[i].b + prob.layers[i].w) for i in lay)
+        work = sum(prob.layers[i].bw or (prob.layers[i].b + prob.layers[i].w) for i in lay)
     else:
         work = sum(getattr(prob.layers[i], _FIELD[kind]) for i in lay)
-    return work + cf["overhead"].get(kind, 0.0)
+    return work + kind_overhead(prob).get(kind, 0.0)
 
 
 def whole(prob, lay, kind):
@@ -75,8 +74,7 @@ def main(argv=None) -> int:
     import torch
 
     from flexpipe_ui.sim import simulate
-    from flexpipe_ui.calibrate import _gaps
-    from flexpipe_ui.costfields import cost_fields
+    from flexpipe_ui.calibrate import gaps, kind_overhead
     from kernel_runtime.run.launcher import launch
     from kernel_runtime.measure.profiler import profile
     ranks = 2
@@ -95,9 +93,8 @@ def main(argv=None) -> int:
         units = sorted({tuple(l) for p in plans.values() for l in p.partition if len(l) > 1})
         alone = profile(spec, ranks=ranks, microbatches=args.microbatches, processes=1, stages=units)
         conc = profile(spec, ranks=ranks, microbatches=args.microbatches, stages=units)
-        cf = cost_fields(conc)
-        print(f"\n== {mname}: profile alone vs concurrent; overhead per action {cf['overhead']}; "
-              f"comm {conc.comm:.3f} ms, bandwidth {cf['bandwidth']} MiB/ms, comm_cpu {cf['comm_cpu']}; "
+        print(f"\n== {mname}: profile alone vs concurrent; overhead per action {kind_overhead(conc)}; "
+              f"comm {conc.comm:.3f} ms, bandwidth {conc.bandwidth} MiB/ms, comm_cpu {conc.comm_cpu}; "
               f"spread (IQR/median, worst layer) alone {alone.meta['spread']:.2f} conc {conc.meta['spread']:.2f}")
         names = list(plans)
         h = launch([plans[n] for n in names], model=spec, steps=args.steps + 1, timeout=300)
@@ -119,13 +116,10 @@ def main(argv=None) -> int:
                       f"{pa:>8.3f} {pc:>8.3f} {(f'{pw:.3f}' if pw is not None else '-'):>8} {d / max(pc, 1e-9):>9.2f}")
             meas = statistics.median(e.timeline.makespan for e in evs[1:])
             sim = simulate(plan, conc).makespan
-            part = plan.partition
-            transfer = [(cf["layers"][l[-1]].get("out") or 0) / cf["bandwidth"] if cf["bandwidth"] else 0.0
-                        for l in part]
-            both = [_gaps(e.timeline, plan, transfer) for e in evs[1:]]
-            gaps = [g for w, _ in both for g in w]
+            both = [gaps(e.timeline, plan, conc) for e in evs[1:]]
+            waits = [g for w, _ in both for g in w]
             loops = [g for _, l in both for g in l]
-            wait = (f"mean {statistics.fmean(gaps):.3f} median {statistics.median(gaps):.3f}" if gaps else "-")
+            wait = (f"mean {statistics.fmean(waits):.3f} median {statistics.median(waits):.3f}" if waits else "-")
             wait += f"; executor gap between actions (median) {statistics.median(loops):.3f}" if loops else ""
             peaks = [e.timeline.peak_memory_measured for e in evs[1:] if e.timeline.peak_memory_measured]
             pm = simulate(plan, conc).metrics.peak_memory

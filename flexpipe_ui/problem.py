@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -18,7 +18,7 @@ from .jsonio import read_json, write_json
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
 __all__ = ["Layer", "Problem", "ProblemError", "StageCosts", "load_problem", "save_problem",
-           "uniform_costs", "even_partition", "PROBLEM_FORMAT"]
+           "uniform_costs", "even_partition", "PROBLEM_FORMAT", "LAYER_TERMS", "PROBLEM_TERMS"]
 
 PROBLEM_FORMAT = "flexpipe-problem/1"
 
@@ -246,11 +246,25 @@ def _problem_terms(d: dict, source: str) -> dict:
         if not isinstance(d["data_input"], bool):
             raise ProblemError(f"{source}: 'data_input' must be true or false, got {d['data_input']!r}")
         out["data_input"] = d["data_input"]
+    for k in _PROBLEM_TERMS:          # a term without a rule above: a number >= 0
+        if k not in out and d.get(k) is not None:
+            out[k] = _num(d[k], f"{source}: {k!r}")
     return out
 
 
-_PROBLEM_TERMS = ("bandwidth", "overhead", "comm_cpu", "dp", "dp_bandwidth", "data_input")
-_LAYER_TERMS = ("out", "bw", "act_w", "grad", "switch")
+def _optional_fields(cls: type, contract: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The fields of ``cls`` that default to None, less ``contract`` (DESIGN.md's own optional keys)."""
+    return tuple(f.name for f in fields(cls) if f.default is None and f.name not in contract)
+
+
+LAYER_TERMS = _optional_fields(Layer)
+"""The optional cost-model fields of a layer (``out``, ``bw``, ...): every ``Layer`` field that
+defaults to None. Derived, so a field added to ``Layer`` is read, written, checked, calibrated and
+profiled without another list to extend (tests/test_cost_terms.py)."""
+PROBLEM_TERMS = _optional_fields(Problem, contract=("memory_limit",))
+"""The optional cost-model fields of a problem (``bandwidth``, ``overhead``, ...): every
+``Problem`` field that defaults to None, except contract 2's ``memory_limit``."""
+_LAYER_TERMS, _PROBLEM_TERMS = LAYER_TERMS, PROBLEM_TERMS
 
 
 def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:

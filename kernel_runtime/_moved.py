@@ -37,13 +37,15 @@ MOVED = {
     "profile_time": "kernel_runtime.measure.profile_time",
     "profiler": "kernel_runtime.measure.profiler",
     "tuning": "kernel_runtime.measure.tuning",
-    "costfields": "flexpipe_ui.costfields",
 }
 """Old submodule name (under ``kernel_runtime.``) → the module's full new name."""
 
 REMOVED = {
     "calibrate": "kernel_runtime.calibrate is the function calibrate(timelines, plan, problem); the "
                  "module moved to flexpipe_ui.calibrate (from flexpipe_ui.calibrate import calibrate_runs)",
+    "costfields": "kernel_runtime.costfields was removed: a problem's cost fields are its Problem and Layer "
+                  "attributes (flexpipe_ui.problem.PROBLEM_TERMS, LAYER_TERMS); the overhead per kind is "
+                  "flexpipe_ui.calibrate.kind_overhead(problem)",
 }
 """Old submodule names that cannot be kept (they would shadow a public function), with the why."""
 

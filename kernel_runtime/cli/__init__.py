@@ -227,14 +227,13 @@ def _profile(args) -> int:
     prob = profile(spec, ranks=args.ranks, microbatches=args.microbatches, device=args.devices,
                    dtype=args.dtype, repeats=args.repeats, path=args.output, threads=threads,
                    dp=args.dp, dp_bandwidth=args.dp_bandwidth)
-    from flexpipe_ui.costfields import cost_fields
-    cf = cost_fields(prob)
+    from flexpipe_ui.calibrate import kind_overhead
     for i, l in enumerate(prob.layers):
         print(f"layer {i:>2} {l.name:<12} f {l.f:8.3f} b {l.b:8.3f} w {l.w:8.3f} ms  act {l.act:8.3f} "
               f"mem {l.mem:8.3f} MiB")
-    ov = ", ".join(f"{k} {v:.3f}" for k, v in cf["overhead"].items())
-    print(f"comm {prob.comm:.3f} ms, bandwidth {cf['bandwidth'] or float('inf'):.3g} MiB/ms, "
-          f"comm_cpu {cf['comm_cpu'] or 0:.2f}, overhead per action (ms): {ov}")
+    ov = ", ".join(f"{k} {v:.3f}" for k, v in kind_overhead(prob).items())
+    print(f"comm {prob.comm:.3f} ms, bandwidth {prob.bandwidth or float('inf'):.3g} MiB/ms, "
+          f"comm_cpu {prob.comm_cpu or 0:.2f}, overhead per action (ms): {ov}")
     print(f"wrote {args.output}" if args.output else "(no -o: not written)")
     return 0
 

@@ -17,14 +17,13 @@ import os
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from flexpipe_ui.problem import Problem, save_problem
+from flexpipe_ui.problem import Layer, Problem, save_problem
 
 from flexpipe_ui.calibrate import CalibrationError, calibrate, calibrate_runs
-from flexpipe_ui.costfields import _with_cost_fields
 
 __all__ = ["profile", "calibrate", "calibrate_runs", "CalibrationError", "ProfileError"]
 
@@ -175,13 +174,19 @@ def _run_workers(job: _ProfileJob, timeout: float) -> list[dict]:
     return [got[r] for r in range(job.world)]
 
 
+def _measurements() -> dict[str, dict]:
+    """The probe's measurements: ``profile_time.UnitTimes`` field → its metadata (unit, less)."""
+    from .profile_time import UnitTimes
+    return {f.name: dict(f.metadata) for f in fields(UnitTimes) if f.metadata.get("unit")}
+
+
 def _combine(results: list[dict]) -> dict:
     """Mean over workers of each unit's medians; memory and names from worker 0."""
     base = results[0]
     units = {}
     for u, v in base["units"].items():
         units[u] = dict(v)
-        for k in ("f", "b", "w", "bw", "switch"):
+        for k in (k for k, m in _measurements().items() if m["unit"] == "ms"):
             units[u][k] = statistics.fmean(r["units"][u].get(k, 0.0) for r in results)
         units[u]["spread"] = max(_spread(r["units"][u]["samples"]) for r in results)
     ov = {k: statistics.fmean(r["overhead"][k] for r in results) for k in base["overhead"]}
@@ -279,10 +284,9 @@ def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, t
     every kind's overhead, and the median wait beyond transfer on cross-rank dependencies, as
     ``comm`` (kept as given when the caller fixed it). Only these two plan-independent numbers
     are taken from the run; every layer's cost stays the profile's."""
+    from flexpipe_ui.calibrate import fit_comm, kind_overhead
     from flexpipe_ui.library import build_named
 
-    from flexpipe_ui.calibrate import _fit_comm
-    from flexpipe_ui.costfields import cost_fields, problem_dict
     from ..run.launcher import launch
     plan = build_named(PROBE_PLAN, prob)
     kw = dict(devices="cuda" if device == "cuda" else "cpu", timeout=timeout, dtype=dtype)
@@ -293,37 +297,22 @@ def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, t
     h = launch(plan, model=model, steps=3, **kw)          # 1 warm-up step, 2 read
     h.wait()
     tls = [ev.timeline for ev in h.step_events if ev.step >= 1]
-    cf = cost_fields(prob)
     # the median wait: GPipe's ranks idle long between its phases and wake slowly from that,
     # which the plans it stands for do not (their mean would be the probe's tail)
-    wait, loop = _fit_comm([(plan, tls)], prob, cf["layers"], cf, wait_stat=statistics.median)
-    ov = {k: v + loop for k, v in cf["overhead"].items()}
-    d = problem_dict(prob)
-    if not keep_comm:
-        d["comm"] = float(wait)
-    meta = dict(d.get("meta") or {})
+    wait, loop = fit_comm([(plan, tls)], prob, wait_stat=statistics.median)
+    ov = {k: v + loop for k, v in kind_overhead(prob).items()}
+    meta = dict(prob.meta)
     meta["executor_probe"] = {"plan": PROBE_PLAN, "steps": len(tls), "loop_gap": float(loop),
                               "comm_wait": float(wait), "comm_pingpong": float(prob.comm)}
-    d["meta"] = meta
-    return _with_cost_fields(d, bandwidth=cf["bandwidth"], overhead=ov, comm_cpu=cf["comm_cpu"],
-                             layers=cf["layers"])
+    return prob.with_(overhead=ov, meta=meta, comm=prob.comm if keep_comm else float(wait))
 
 
 def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path,
               dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
     ov = res["overhead"]
     state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
-    less = lambda t, k: max(t - ov[k], 1e-4)                   # the fixed part is the problem's overhead
-    layers, extras = [], []
-    for i, name in enumerate(res["names"]):
-        u = res["units"][(i,)]
-        b = 0.0 if u["deferred"] else less(u["b"], "I")
-        layers.append({"f": less(u["f"], "F"), "b": b, "w": less(u["w"], "W"), "act": u["act"] / _MIB,
-                       "mem": res["params"][i] * state_factor / _MIB, "name": name})
-        extras.append({"bw": less(u["bw"], "B"), "act_w": u["act_w"] / _MIB,
-                       "switch": u.get("switch", 0.0),
-                       "out": u["out"] / _MIB,
-                       "grad": res["grads"][i] / _MIB})
+    layers = [_layer(res["units"][(i,)], ov, name=name, mem=res["params"][i] * state_factor / _MIB,
+                     grad=res["grads"][i] / _MIB) for i, name in enumerate(res["names"])]
     c = res["comm"]
     stages = [{"layers": list(u), **{k: res["units"][u][k] for k in ("f", "b", "w", "bw")}}
               for u in res["units"] if len(u) > 1]
@@ -348,11 +337,31 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         if dp_bandwidth is None and bw is None:
             raise ValueError("profile(dp > 1) needs dp_bandwidth (MiB/ms) when no bandwidth was measured")
         d["dp"], d["dp_bandwidth"] = dp, float(dp_bandwidth if dp_bandwidth is not None else bw)
-    prob = _with_cost_fields(d, bandwidth=bw, overhead=ov, comm_cpu=c["comm_cpu"] if c else None,
-                             layers=extras)
+    d.update({k: v for k, v in (("bandwidth", bw), ("overhead", dict(ov)),
+                                ("comm_cpu", c["comm_cpu"] if c else None)) if v is not None})
+    prob = Problem.from_dict(d)
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+def _layer(u: dict, ov: dict, **static) -> dict:
+    """One profiled layer (a ``flexpipe-problem/1`` layer): each probe measurement named like a
+    ``Layer`` field in its unit -- times less the fixed overhead of the kind their metadata names
+    (the problem's ``overhead``), bytes as MiB -- plus ``static`` (name, mem, grad). A first layer
+    fed by data has no input-gradient cost (its I deferred its work to W)."""
+    vals = dict(static)
+    names = {f.name for f in fields(Layer)}
+    for k, meta in _measurements().items():
+        if k not in names:
+            continue
+        if meta["unit"] == "bytes":
+            vals[k] = u[k] / _MIB
+        else:
+            vals[k] = max(u[k] - ov[meta["less"]], 1e-4) if meta.get("less") else u[k]
+    if u["deferred"]:
+        vals["b"] = 0.0
+    return vals
 
 
 def _layer_name(spec, layer, i: int) -> str:
