@@ -3,13 +3,15 @@
     torchrun --nproc-per-node 4 -m kernel_runtime.worker --plan plan.json --steps 10
     torchrun --nproc-per-node 8 -m kernel_runtime.worker --plan plan.json --dp 2   (4 ranks x 2)
 
-The worker itself is ``kernel_runtime.run.worker``; its names are re-exported here (the old path).
+The command is ``kernel_runtime.cli.torchrun``; the worker itself is ``kernel_runtime.run.worker``,
+whose names are re-exported here (this module's old contents).
 """
 from __future__ import annotations
 
 import sys
 
-from .run.worker import Job, Task, main, run_worker, worker_main
+from .cli.torchrun import main
+from .run.worker import Job, Task, run_worker, worker_main
 
 __all__ = ["Job", "Task", "worker_main", "run_worker", "main"]
 

@@ -105,28 +105,17 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
 
 
 def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
-    """Spawned entry point: join the group (if several), measure, report to the queue."""
-    from ..run.worker import _die_with_parent
-    _die_with_parent()
+    """Spawned entry point: start as every worker starts (``run.startup``: allocator, CPU share,
+    threads, loopback; the group if several), measure, report to the queue."""
     try:
-        import torch
         import torch.distributed as dist
-        from datetime import timedelta
-        if job.threads:
-            torch.set_num_threads(job.threads)
-        from ..run.affinity import pin_worker
-        from ..run.allocator import keep_freed_memory
-        keep_freed_memory()                                        # as the launcher's workers
-        pin_worker(rank, job.world, job.device, job.pin_cpus)     # as the launcher pins its workers
-        between = None
-        if job.world > 1:
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
-            os.environ["MASTER_PORT"] = str(job.port)
-            backend = "nccl" if job.device == "cuda" else "gloo"
-            if job.device == "cuda":
-                torch.cuda.set_device(rank % torch.cuda.device_count())
-            dist.init_process_group(backend, rank=rank, world_size=job.world, timeout=timedelta(seconds=300))
-            between = lambda rep: dist.barrier()
+
+        from ..run.startup import ProcessStart, start_process
+        start_process(ProcessStart(rank=rank, world=job.world, device=job.device,
+                                   backend="nccl" if job.device == "cuda" else "gloo", local_world=job.world,
+                                   threads=job.threads, pin_cpus=job.pin_cpus, timeout=300.0,
+                                   master_port=job.port, group=job.world > 1))
+        between = (lambda rep: dist.barrier()) if job.world > 1 else None
         res = _measure(job, rank, between)
         if job.world > 1:
             dist.barrier()
