@@ -19,13 +19,15 @@ _moved.install()          # old flat module paths answer for one release (docs/C
 __all__ = ["launch", "RunHandle", "StepEvent", "WorkerError", "PlanRefused", "profile", "calibrate",
            "demo_gpt", "demo_gpt_problem", "timed_model", "ModelSpec", "reference_run",
            "LaunchConfig", "DEFAULT_HANDLERS", "derive_comm", "models", "tune", "TuneResult",
-           "calibrate_runs", "split_module", "SplitError", "from_transformers"]
+           "calibrate_runs", "split_module", "SplitError", "from_transformers", "ProfileConfig",
+           "TuneConfig"]
 
 _WHERE = {
     "launch": "run.launcher", "RunHandle": "run.launcher", "StepEvent": "run.launcher",
     "WorkerError": "run.launcher", "PlanRefused": "run.launcher", "LaunchConfig": "run.config",
     "DEFAULT_HANDLERS": "run.executor", "derive_comm": "flexpipe_ui.passes",
     "profile": "measure.profiler", "tune": "measure.tuning", "TuneResult": "measure.tuning",
+    "ProfileConfig": "measure.config", "TuneConfig": "measure.config",
     "calibrate": "flexpipe_ui.calibrate", "calibrate_runs": "flexpipe_ui.calibrate",
     "demo_gpt": "models", "demo_gpt_problem": "models", "timed_model": "models", "ModelSpec": "models",
     "reference_run": "models.data", "split_module": "models.split", "SplitError": "models.split",

@@ -1,15 +1,21 @@
 """Profiler: what execution costs, measured into a ``flexpipe-problem/1``.
 
-``profile`` starts one worker process per rank (as ``launch`` does, with the worker's thread count)
-and every worker times every layer at the same time, so each measurement sees what a pipelined
-step sees: the other ranks computing on the same cores and memory. Per layer it measures F, I, W
-and a fused B through the executor's own handlers (``profile_time``), the activation it holds
-(``act``), what is still held after I (``act_w``) and the bytes it sends onward (``out``), and its
-static memory (``mem``: parameters + gradients + optimizer state). Once per run it measures the
-fixed cost of an action (``overhead``, subtracted from every layer's time) and, between ranks 0
-and 1 over the real backend, latency (``comm``), ``bandwidth`` and ``comm_cpu`` (``profile_comm``).
-Each figure is the median over repetitions (after warm-up, layers in rotated order), averaged over
-the workers. ``calibrate`` (re-exported) fits a problem to measured runs. Units: ms and MiB.
+``profile`` starts one worker process per rank (``run.startup``, as ``launch`` starts its workers:
+same allocator settings, CPU share and thread count) and every worker times every layer at the
+same time, so each measurement sees what a pipelined step sees: the other ranks computing on the
+same cores and memory. Per layer it measures F, I, W and a fused B through the executor's own
+handlers in steady state, and what an action pays after another stage's (``switch``;
+``profile_time``), the activation it holds (``act``), what is still held after I (``act_w``), the
+bytes it sends onward (``out``), its gradients (``grad``) and its static memory (``mem``:
+parameters + gradients + optimizer state). Once per run it measures the fixed cost of an action
+(``overhead``, taken off every layer's time) and, between ranks 0 and 1 over the real backend,
+latency (``comm``), ``bandwidth`` and ``comm_cpu`` (``profile_comm``); then the executor probe
+(``_executor_probe``) runs ``PROBE_PLAN`` for a few steps and reads the executor's own time
+between actions and its message waits. Each figure is the median over repetitions (after
+warm-up, layers in rotated order), averaged over the workers. Units: ms and MiB.
+
+The probe's measurements become the problem's layer fields by name (``profile_time.UnitTimes``;
+see ``_layer``). Fitting a problem to measured runs is ``flexpipe_ui.calibrate``, not here.
 """
 from __future__ import annotations
 
@@ -17,15 +23,15 @@ import os
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from flexpipe_ui.problem import Layer, Problem, save_problem
 
-from flexpipe_ui.calibrate import CalibrationError, calibrate, calibrate_runs
+from .config import ProfileConfig, profile_config
 
-__all__ = ["profile", "calibrate", "calibrate_runs", "CalibrationError", "ProfileError"]
+__all__ = ["profile", "ProfileConfig", "ProfileError", "PROBE_PLAN"]
 
 _MIB = float(2 ** 20)
 
@@ -197,40 +203,37 @@ def _spread(samples: dict) -> float:
     return out
 
 
-def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None, ranks: int = 1,
-            microbatches: int = 1, device: str = "cpu", dtype: str = "float32", repeats: int = 21,
-            warmup: int = 2, optimizer: str = "sgd", seed: int = 0, path: str | Path | None = None,
-            comm: float | None = None, memory_limit: float | None = None, threads: int | None = None,
-            processes: int | None = None, stages: Sequence[Sequence[int]] = (),
-            timeout: float = 900.0, dp: int = 1, dp_bandwidth: float | None = None,
-            executor_probe: bool = True) -> Problem:
-    """Measure per-layer f, b, w, bw (ms), act, act_w, out, mem (MiB), and the problem's overhead,
-    comm, bandwidth and comm_cpu; one microbatch of ``model`` (what ``launch`` takes).
+def profile(model: Any = None, sample_input=None, *, targets=None, path: str | Path | None = None,
+            config: ProfileConfig | None = None, **fields) -> Problem:
+    """Measure ``model`` (what ``launch`` takes) into a ``flexpipe-problem/1`` (ms and MiB).
 
-    ``processes``: profiling workers started at once (default ``ranks``; 0 = time in this process,
-    no communication measured). ``threads``: CPU threads per worker (default, as ``launch``:
-    cores // ranks). ``stages``: extra layer groups timed whole (``meta["stages"]``, to check that
-    layers add up). ``comm`` overrides the measured latency. ``executor_probe``: with 2+ worker
-    processes and synthetic batches, also run ``PROBE_PLAN`` for 2 steps and take the executor's
-    time between actions and its message waits from it (``_executor_probe``). Writes the problem
-    to ``path`` if given.
+    One worker process per rank (``processes``, default ``ranks``; each started as ``launch``
+    starts its workers) times every layer at the same time as the others, so each figure sees what
+    a pipelined step sees. Per layer, on one microbatch (the model's batch / ``microbatches``, or
+    ``sample_input`` with ``targets``): F, I, W and a fused B through the executor's own handlers
+    in steady state (``f``, ``b``, ``w``, ``bw``), the time an action pays after another stage's
+    (``switch``), the activation held after F and after I (``act``, ``act_w``), the bytes sent on
+    (``out``), the gradients (``grad``) and the static memory (``mem``); per run: the handlers'
+    fixed cost (``overhead``), latency, ``bandwidth`` and ``comm_cpu`` between two workers, and,
+    with the executor probe, the executor's own time between actions and its message waits in a
+    short pipelined run. Each figure is the median over ``repeats``, averaged over the workers.
+
+    Settings are ``config`` (a ``ProfileConfig``) and/or its fields as keywords. It measures and
+    nothing else: fitting a problem to measured runs is ``flexpipe_ui.calibrate``, searching
+    and re-planning ``tune``. Writes the problem to ``path`` if given.
     """
-    nproc = ranks if processes is None else int(processes)
+    cfg = profile_config(config, fields)
+    ranks, device = cfg.ranks, cfg.device
+    nproc = ranks if cfg.processes is None else int(cfg.processes)
+    threads = cfg.threads
     if threads is None and device == "cpu":
         threads = max(1, (os.cpu_count() or 1) // max(1, ranks))
-    job = _ProfileJob(model, loss_fn, sample_input, targets, microbatches, device,
-                      dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                      int(repeats), int(warmup), seed, threads, [tuple(s) for s in stages], max(1, nproc),
-                      spawned=nproc > 0, ranks=max(1, int(ranks)))
+    dtype = cfg.dtype if isinstance(cfg.dtype, str) else str(cfg.dtype).removeprefix("torch.")
+    job = _ProfileJob(model, cfg.loss_fn, sample_input, targets, cfg.microbatches, device, dtype,
+                      int(cfg.repeats), int(cfg.warmup), cfg.seed, threads, [tuple(s) for s in cfg.stages],
+                      max(1, nproc), spawned=nproc > 0, ranks=max(1, int(ranks)))
     if nproc <= 0:
-        import torch
-        old = torch.get_num_threads()
-        if threads:
-            torch.set_num_threads(int(threads))
-        try:
-            results = [_measure(job, 0)]
-        finally:
-            torch.set_num_threads(old)
+        results = [_measure_here(job, threads)]
     else:
         from ..run.launcher import PlanRefused, _check_sendable
         try:
@@ -239,20 +242,29 @@ def profile(model: Any = None, sample_input=None, *, targets=None, loss_fn=None,
             import warnings
             warnings.warn(f"profiling in this process, without the other ranks' contention or a "
                           f"communication measurement: {e}", stacklevel=2)
-            return profile(model, sample_input, targets=targets, loss_fn=loss_fn, ranks=ranks,
-                           microbatches=microbatches, device=device, dtype=dtype, repeats=repeats,
-                           warmup=warmup, optimizer=optimizer, seed=seed, path=path, comm=comm,
-                           memory_limit=memory_limit, threads=threads, processes=0, stages=stages,
-                           dp=dp, dp_bandwidth=dp_bandwidth)
-        results = _run_workers(job, timeout)
-    prob = _assemble(_combine(results), job, ranks=ranks, optimizer=optimizer, comm=comm,
-                     memory_limit=memory_limit, path=None, dp=int(dp), dp_bandwidth=dp_bandwidth)
-    if executor_probe and nproc >= 2 and ranks >= 2 and sample_input is None:
-        prob = _executor_probe(prob, model, loss_fn, device=device, dtype=job.dtype,
-                               threads=threads, timeout=timeout, keep_comm=comm is not None)
+            return profile(model, sample_input, targets=targets, path=path,
+                           config=replace(cfg, threads=threads, processes=0))
+        results = _run_workers(job, cfg.timeout)
+    prob = _assemble(_combine(results), job, ranks=ranks, optimizer=cfg.optimizer, comm=cfg.comm,
+                     memory_limit=cfg.memory_limit, path=None, dp=int(cfg.dp), dp_bandwidth=cfg.dp_bandwidth)
+    if cfg.executor_probe and nproc >= 2 and ranks >= 2 and sample_input is None:
+        prob = _executor_probe(prob, model, cfg.loss_fn, device=device, dtype=job.dtype,
+                               threads=threads, timeout=cfg.timeout, keep_comm=cfg.comm is not None)
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+def _measure_here(job: _ProfileJob, threads: int | None) -> dict:
+    """``_measure`` in this process, with ``threads`` torch threads for its duration."""
+    import torch
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        return _measure(job, 0)
+    finally:
+        torch.set_num_threads(old)
 
 
 PROBE_PLAN = "gpipe"

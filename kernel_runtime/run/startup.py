@@ -43,6 +43,7 @@ class ProcessStart:
     timeout: float = 60.0
     """Seconds the process group waits for a peer."""
     master_addr: str = "127.0.0.1"
+    """Rendezvous address (one machine: loopback)."""
     master_port: int | None = None
     """Rendezvous port; None: the environment's (torchrun sets MASTER_ADDR/PORT)."""
     loopback: bool = True
