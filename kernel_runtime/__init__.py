@@ -1,12 +1,18 @@
 """kernel_runtime: executes ``flexpipe-plan/1`` plans on torch.distributed (NCCL on GPUs, gloo on CPU).
 
 Importing this package starts nothing and does not import torch; the names below load on first use:
-``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``), ``profile``
-and ``calibrate`` (measure a model / a run into a ``flexpipe-problem/1``), ``demo_gpt`` and
-``timed_model`` (models), ``split_module`` (any module cut into layers by module names),
-``from_transformers`` (Hugging Face causal LMs), ``reference_run`` (the single-process check),
-``LaunchConfig`` (a launch's settings), ``DEFAULT_HANDLERS`` (the executor's kind handlers) and
-``tune`` (profile → auto → measure → calibrate → re-plan until the plan stops changing).
+``launch`` (start workers from a notebook cell or the CLI, returns a ``RunHandle``) with
+``LaunchConfig``, ``profile`` (measure a model into a ``flexpipe-problem/1``) with
+``ProfileConfig``, ``calibrate``/``calibrate_runs`` (fit a problem to measured runs; torch-free, from
+``flexpipe_ui.calibrate``), ``tune`` (profile → auto → measure → calibrate → re-plan until the plan
+stops changing) with ``TuneConfig``, ``demo_gpt`` and ``timed_model`` (models), ``split_module``
+(any module cut into layers by module names), ``from_transformers`` (Hugging Face causal LMs),
+``reference_run`` (the single-process check) and ``DEFAULT_HANDLERS`` (the executor's kind handlers).
+
+The package, by what each part does: ``models/`` (what a model is to the runtime), ``run/``
+(launching and running plans, the worker process and its one start-up), ``measure/`` (profile and
+tune), ``cli/`` and ``gpu_check`` (the commands). Old flat module paths (``kernel_runtime.launcher``,
+...) still import, with a DeprecationWarning, for one release (``_moved``, docs/CHANGELOG.md).
 """
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def launch(plan, *, model=None, data=None, config: LaunchConfig | None = None, *
     list of them, or a picklable ``step -> (x, y)``. ``config``: a ``LaunchConfig`` (steps,
     devices, optimizer, timing, handlers, ...); keyword ``fields`` override its fields by name.
     ``dp`` (a LaunchConfig field): data-parallel replicas; world = ranks x dp processes, pipeline
-    rank r of replica d is global rank d * ranks + r (``kernel_runtime.dp``). With fewer GPUs than
+    rank r of replica d is global rank d * ranks + r (``kernel_runtime.run.dp``). With fewer GPUs than
     processes they share GPUs, messages staged through host memory (a warning says timings are not
     representative). ``config.timeout`` bounds a receive and one action's compute: past it the
     run stops and the error names the stuck rank and action (the launcher's watchdog).
