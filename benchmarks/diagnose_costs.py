@@ -23,7 +23,15 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_truth import library_plans, models  # noqa: E402
+
+def library_plans(problem):
+    from bench_truth import library_plans as plans      # imported when a diagnosis runs
+    return plans(problem)
+
+
+def models(small: bool):
+    from bench_truth import models as specs
+    return specs(small)
 
 _FIELD = {"F": "f", "I": "b", "W": "w"}
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .costmodel import StageCosts, fold_data_input
+from .costmodel import StageCosts, fold_data_input, place_memory
 from .jsonio import read_json, write_json
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
@@ -58,6 +58,11 @@ class Layer:
     """Extra time of an action of the layer's stage when the rank's previous action ran another
     stage (its weights and activations are no longer in cache); None: 0. Measured on CPU: 5-26%
     on small stages of interleaved and V plans."""
+    temp: Mapping[str, float] | None = None
+    """Kind name → MiB an action through the layer rises above what it holds while it runs
+    (temporaries, gradients of intermediates, a weight gradient before it is accumulated, the
+    loss's softmax); a stage's is the largest over its layers. None: 0. Measured by the
+    profiler's allocator (``kernel_runtime.measure.profile_memory``): +6 to +30% of an LM head's rank."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +95,11 @@ class Problem:
     data_input: bool | None = None
     """True when the first layer is fed data (token ids), not an activation needing a gradient:
     the first stage's I is then a no-op and its W runs the fused backward (``costmodel``)."""
+    recv_ahead: int | None = None
+    """Received messages are fresh buffers (with layers' ``out``): a stage fed by another rank
+    holds its input with its activation, and each rank holds ``recv_ahead`` posted receive
+    buffers per inbound channel (the runtime's receive window; ``costmodel.place_memory``).
+    None: messages take no memory."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -99,8 +109,11 @@ class Problem:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def stage_costs(self, partition: Sequence[Sequence[int]]) -> "StageCosts":
-        """Sum layers into stages; ``partition[s]`` is the layer list of stage s."""
+    def stage_costs(self, partition: Sequence[Sequence[int]], placement: Sequence[int] | None = None
+                    ) -> "StageCosts":
+        """Sum layers into stages; ``partition[s]`` is the layer list of stage s. With the stages'
+        ``placement`` (stage → rank) the memory the placement decides is added
+        (``costmodel.place_memory``: received inputs and receive buffers, with ``recv_ahead``)."""
         rows = []
         for s, layers in enumerate(partition):
             for i in layers:
@@ -114,13 +127,14 @@ class Problem:
         extra = _stage_extras(self, partition) if self.has_cost_terms else {}
         costs = StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm,
                            **extra)
-        return fold_data_input(costs)
+        costs = fold_data_input(costs)
+        return costs if placement is None else place_memory(costs, placement)
 
     @property
     def has_cost_terms(self) -> bool:
         """True when any optional cost-model field (bandwidth, overhead, ..., layer out/bw/...) is set."""
         return (any(getattr(self, k) is not None for k in _PROBLEM_TERMS)
-                or any(getattr(l, k) is not None for l in self.layers for k in _LAYER_TERMS))
+                or any(getattr(l, k) is not None for l in self.layers for k in LAYER_TERMS))
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
@@ -139,9 +153,9 @@ class Problem:
             ld = {"f": l.f, "b": l.b, "w": l.w, "act": l.act, "mem": l.mem}
             if l.name:
                 ld["name"] = l.name
-            for k in _LAYER_TERMS:
+            for k in LAYER_TERMS:
                 if getattr(l, k) is not None:
-                    ld[k] = getattr(l, k)
+                    ld[k] = dict(getattr(l, k)) if k in _LAYER_KIND_MAPS else getattr(l, k)
             d["layers"].append(ld)
         if self.meta:
             d["meta"] = dict(self.meta)
@@ -210,9 +224,10 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         name = ld.get("name", "")
         if not isinstance(name, str) or len(name) > 200:
             raise ProblemError(f"{where}, key 'name': expected a string of at most 200 characters")
-        for k in _LAYER_TERMS:
+        for k in LAYER_TERMS:
             if ld.get(k) is not None:
-                vals[k] = _num(ld[k], f"{where}, key {k!r}")
+                vals[k] = (_kind_map(ld[k], f"{where}, key {k!r}") if k in _LAYER_KIND_MAPS
+                           else _num(ld[k], f"{where}, key {k!r}"))
         layers.append(Layer(name=name, **vals))
     meta = d.get("meta", {})
     if not isinstance(meta, dict):
@@ -225,6 +240,14 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         raise ProblemError(f"{source}: {e}") from None
 
 
+def _kind_map(v: Any, where: str) -> dict[str, float]:
+    """A kind name → number mapping (``overhead``, layer ``temp``), checked."""
+    if not isinstance(v, dict):
+        raise ProblemError(f"{where}: expected an object kind -> number (e.g. {{\"F\": 1.5}}), got "
+                           f"{type(v).__name__}")
+    return {k: _num(x, f"{where}, kind {k!r}") for k, x in v.items()}
+
+
 def _problem_terms(d: dict, source: str) -> dict:
     """The optional cost-model fields of a problem dict, checked (``costmodel`` uses them)."""
     out: dict[str, Any] = {}
@@ -233,7 +256,7 @@ def _problem_terms(d: dict, source: str) -> dict:
     if d.get("overhead") is not None:
         ov = d["overhead"]
         if isinstance(ov, dict):
-            out["overhead"] = {k: _num(v, f"{source}: 'overhead', kind {k!r}") for k, v in ov.items()}
+            out["overhead"] = _kind_map(ov, f"{source}: 'overhead'")
         else:
             out["overhead"] = _num(ov, f"{source}: 'overhead'")
     if d.get("comm_cpu") is not None:
@@ -242,6 +265,8 @@ def _problem_terms(d: dict, source: str) -> dict:
         out["dp"] = _num(d["dp"], f"{source}: 'dp'", integer=True, minimum=1)
     if d.get("dp_bandwidth") is not None:
         out["dp_bandwidth"] = _num(d["dp_bandwidth"], f"{source}: 'dp_bandwidth'", strict=True)
+    if d.get("recv_ahead") is not None:
+        out["recv_ahead"] = _num(d["recv_ahead"], f"{source}: 'recv_ahead'", integer=True)
     if d.get("data_input") is not None:
         if not isinstance(d["data_input"], bool):
             raise ProblemError(f"{source}: 'data_input' must be true or false, got {d['data_input']!r}")
@@ -264,7 +289,10 @@ profiled without another list to extend (tests/test_cost_terms.py)."""
 PROBLEM_TERMS = _optional_fields(Problem, contract=("memory_limit",))
 """The optional cost-model fields of a problem (``bandwidth``, ``overhead``, ...): every
 ``Problem`` field that defaults to None, except contract 2's ``memory_limit``."""
-_LAYER_TERMS, _PROBLEM_TERMS = LAYER_TERMS, PROBLEM_TERMS
+_LAYER_KIND_MAPS = tuple(f.name for f in fields(Layer) if f.name in LAYER_TERMS and "Mapping" in str(f.type))
+"""Layer terms that are kind name → number mappings (``temp``); the others are numbers >= 0."""
+_LAYER_NUMBERS = tuple(k for k in LAYER_TERMS if k not in _LAYER_KIND_MAPS)
+_PROBLEM_TERMS = PROBLEM_TERMS
 
 
 def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
@@ -283,11 +311,34 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
         out["grad"] = arr([sum(l.grad or 0.0 for l in st) for st in ls])
     if has("switch"):
         out["switch"] = arr([sum(l.switch or 0.0 for l in st) for st in ls])
+    if has("temp"):
+        kinds = sorted({k for l in p.layers if l.temp for k in l.temp})
+        out["temp"] = {k: arr([_stage_temp(st, k) for st in ls]) for k in kinds}
     overhead = p.overhead
     if isinstance(overhead, Mapping):
         overhead = dict(overhead)
     return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
-            "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input)}
+            "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input),
+            "recv_ahead": p.recv_ahead}
+
+
+_FREES_AS_IT_GOES = ("F", "B", "R")
+"""Kinds that run a stage's layers one by one with the later layers' activations not (yet, F and
+R) or no longer (B: a fused backward frees each layer's saved tensors as it passes) held."""
+
+
+def _stage_temp(layers: Sequence[Layer], kind: str) -> float:
+    """A stage's workspace for ``kind``: a peak, not a sum (its layers run one after another).
+    The cost model counts the stage's whole activation for the whole action, so for a kind that
+    runs with the later layers' activations not held (F, or a fused B freeing each layer's as it
+    passes) layer l's workspace stands on Σ act of the layers after it less: the largest of
+    ``temp_l − Σ_{i > l} act_i``, at least 0. Split I and W keep the graph: the largest temp."""
+    temps = [(l.temp or {}).get(kind, 0.0) for l in layers]
+    if kind not in _FREES_AS_IT_GOES:
+        return max(temps, default=0.0)
+    after = np.cumsum([l.act for l in layers][::-1])[::-1]
+    after = np.r_[after[1:], 0.0] if len(layers) else after
+    return float(max([max(0.0, t - a) for t, a in zip(temps, after)], default=0.0))
 
 
 def _check_problem(p: Problem) -> None:
@@ -322,10 +373,20 @@ def _nonneg(v: Any) -> bool:
 def _check_terms(p: Problem) -> None:
     """Field-level checks of the optional cost-model fields."""
     for i, l in enumerate(p.layers):
-        for k in _LAYER_TERMS:
+        for k in _LAYER_NUMBERS:
             v = getattr(l, k)
             if v is not None and not _nonneg(v):
                 raise ProblemError(f"layer {i}, key {k!r}: must be a finite number >= 0, got {v!r}")
+        for term in _LAYER_KIND_MAPS:
+            m = getattr(l, term)
+            if m is None:
+                continue
+            if not isinstance(m, Mapping):
+                raise ProblemError(f"layer {i}, key {term!r}: must be a mapping kind -> MiB, got {m!r}")
+            for k, v in m.items():
+                if not isinstance(k, str) or not k or not _nonneg(v):
+                    raise ProblemError(f"layer {i}, key {term!r}, kind {k!r}: must be a finite number >= 0, "
+                                       f"got {v!r}")
     for k in ("bandwidth", "dp_bandwidth"):
         v = getattr(p, k)
         if v is not None and not (_nonneg(v) and v > 0):
@@ -339,6 +400,10 @@ def _check_terms(p: Problem) -> None:
                 raise ProblemError(f"'overhead', kind {k!r}: must be a finite number >= 0, got {v!r}")
     elif ov is not None and not _nonneg(ov):
         raise ProblemError(f"'overhead' must be a number >= 0 or a mapping kind -> number, got {ov!r}")
+    if p.recv_ahead is not None and (isinstance(p.recv_ahead, bool) or not isinstance(p.recv_ahead, int)
+                                     or p.recv_ahead < 0):
+        raise ProblemError(f"'recv_ahead' must be an integer >= 0 (receive buffers per channel), got "
+                           f"{p.recv_ahead!r}")
     if p.data_input is not None and not isinstance(p.data_input, bool):
         raise ProblemError(f"'data_input' must be True or False, got {p.data_input!r}")
     if p.comm_cpu is not None and not (_nonneg(p.comm_cpu) and p.comm_cpu <= 1):

@@ -61,7 +61,7 @@ def costs_for(plan: Plan | Schedule, problem: Problem | None = None) -> StageCos
         from .problem import ProblemError
         raise ProblemError(f"the plan's partition covers {sum(len(p) for p in part)} layers but the "
                            f"problem has {problem.num_layers}")
-    return problem.stage_costs(part)
+    return problem.stage_costs(part, sched.placement)
 
 
 def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *,

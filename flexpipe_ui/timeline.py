@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .costmodel import action_memory
+from .costmodel import action_memory, grad_events, rank_static
 from .graph import action_arrays
 from .ir import Action, Schedule
 from .problem import StageCosts
@@ -31,8 +31,10 @@ class Timeline:
     schedule: Schedule | None = None
     meta: dict = field(default_factory=dict)
     peak_memory_measured: tuple[float, ...] | None = None
-    """Measured runs only: each rank's peak memory in the step (MiB; CUDA's max allocated on a
-    GPU, on CPU the activations, parameters, gradients and optimizer state the worker held)."""
+    """Measured runs only: each rank's peak memory in the step as the process measured it (MiB;
+    CUDA's max allocated on a GPU; on CPU the resident set's high-water mark less the resident set
+    before the rank built its layers: ``kernel_runtime.run.procmem``). The executor's own count of
+    tracked bytes is ``meta["peak_memory_tracked"]``."""
 
     @classmethod
     def from_records(cls, ranks: int, records: Sequence[tuple[int, Action | str, float, float]],
@@ -104,9 +106,10 @@ def memory_events(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, np.ndarr
     """
     kid, klist, stage = action_arrays(tl.actions, tl.schedule)
     ms, me = action_memory(tl.actions, kid, klist, stage, costs)
-    r = np.concatenate([tl.rank, tl.rank])
-    t = np.concatenate([tl.start, tl.end])
-    d = np.concatenate([ms, me])
+    gr, gt, gd = grad_events(klist, kid, stage, tl.rank, tl.start, costs)
+    r = np.concatenate([tl.rank, tl.rank, gr])
+    t = np.concatenate([tl.start, tl.end, gt])
+    d = np.concatenate([ms, me, gd])
     keep = d != 0
     r, t, d = r[keep], t[keep], d[keep]
     o = np.lexsort((d, t, r))  # frees (negative) before allocations at the same instant
@@ -138,9 +141,7 @@ def compute_metrics(tl: Timeline, costs: StageCosts | None = None,
     if static is None:
         static_arr = np.zeros(R)
         if costs is not None and tl.schedule is not None:
-            for s, r in enumerate(tl.schedule.placement):
-                if s < costs.num_stages:
-                    static_arr[r] += costs.mem[s]
+            static_arr = rank_static(costs, tl.schedule.placement, R)
     else:
         static_arr = np.asarray(static, float)
     if costs is not None and len(tl.actions):
@@ -164,9 +165,7 @@ def memory_at(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, list[tuple[n
     """Memory of each action's rank just after the action started, and each rank's step curve."""
     static = np.zeros(tl.ranks)
     if tl.schedule is not None:
-        for s, r in enumerate(tl.schedule.placement):
-            if s < costs.num_stages and r < tl.ranks:
-                static[r] += costs.mem[s]
+        static = rank_static(costs, tl.schedule.placement, tl.ranks)
     r_ev, t_ev, d_ev = memory_events(tl, costs)
     curves = []
     at = np.zeros(len(tl.actions))
@@ -191,7 +190,7 @@ def memory_curve(tl: Timeline, costs: StageCosts, rank: int,
     if static is None:
         static = 0.0
         if tl.schedule is not None:
-            static = float(sum(costs.mem[s] for s, rr in enumerate(tl.schedule.placement) if rr == rank))
+            static = float(rank_static(costs, tl.schedule.placement, max(tl.ranks, rank + 1))[rank])
     times = np.r_[0.0, t[sel]]
     vals = static + np.r_[0.0, np.cumsum(d[sel])]
     return times, vals

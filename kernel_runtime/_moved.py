@@ -37,6 +37,8 @@ MOVED = {
     "profile_time": "kernel_runtime.measure.profile_time",
     "profiler": "kernel_runtime.measure.profiler",
     "tuning": "kernel_runtime.measure.tuning",
+    "procmem": "kernel_runtime.run.procmem",
+    "profile_memory": "kernel_runtime.measure.profile_memory",
 }
 """Old submodule name (under ``kernel_runtime.``) → the module's full new name."""
 

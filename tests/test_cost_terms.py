@@ -1,7 +1,7 @@
 """The optional cost fields have one list: the ``Layer`` and ``Problem`` dataclasses.
 
 Adding a cost term touches the cost model (``flexpipe_ui/problem.py`` declares the field and how
-a stage sums it, ``flexpipe_ui/costmodel.py`` uses it), the profiler probe that measures it
+a stage sums it, ``flexpipe_ui/costmodel/`` uses it), the profiler probe that measures it
 (``kernel_runtime/measure/profile_time.py``) and the docs: nothing else. The test below proves
 it on a copy of the source: it adds a field to ``Layer`` and a measurement of the same name to the
 probe, and the field then round-trips through the problem file, ``calibrate`` and the profiler's
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flexpipe_ui.costmodel import StageCosts
-from flexpipe_ui.problem import LAYER_TERMS, PROBLEM_TERMS, Layer, Problem
+from flexpipe_ui.problem import _LAYER_KIND_MAPS, LAYER_TERMS, PROBLEM_TERMS, Layer, Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_terms_are_the_dataclasses_optional_fields():
     assert LAYER_TERMS == tuple(f.name for f in fields(Layer) if f.default is None)
     assert set(PROBLEM_TERMS) == {f.name for f in fields(Problem) if f.default is None} - {"memory_limit"}
-    assert {"out", "bw", "act_w", "grad", "switch"} <= set(LAYER_TERMS)
+    assert {"out", "bw", "act_w", "grad", "switch", "temp"} <= set(LAYER_TERMS)
     assert {"bandwidth", "overhead", "comm_cpu", "data_input"} <= set(PROBLEM_TERMS)
 
 
@@ -51,7 +51,8 @@ def test_no_second_list_of_the_cost_fields():
 def test_every_layer_term_reaches_the_cost_model(name):
     """A layer field that is set arrives in ``StageCosts`` (else the model would ignore it)."""
     assert name in {f.name for f in fields(StageCosts)}
-    layers = tuple(Layer(f=1.0, b=1.0, w=1.0, act=1.0, **{name: 0.5}) for _ in range(2))
+    value = {"F": 0.5} if name in _LAYER_KIND_MAPS else 0.5          # a kind map (temp) or a number
+    layers = tuple(Layer(f=1.0, b=1.0, w=1.0, act=1.0, **{name: value}) for _ in range(2))
     costs = Problem(ranks=2, microbatches=2, layers=layers).stage_costs(((0,), (1,)))
     assert getattr(costs, name) is not None
 
@@ -105,7 +106,8 @@ def unit(extra):
     return {"f": 1.0, "b": 1.0, "w": 1.0, "bw": 1.5, "act": 2 ** 20, "act_w": 2 ** 20, "out": 2 ** 19,
             "deferred": False, "switch": 0.0, "probe_extra": extra, "samples": {}}
 def worker(extra):
-    return {"units": {(0,): unit(extra), (1,): unit(extra)}, "overhead": {k: 0.1 for k in "FIWB"},
+    return {"units": {(0,): unit(extra), (1,): unit(extra)}, "temps": {0: {}, 1: {}},
+            "overhead": {k: 0.1 for k in "FIWB"},
             "comm": None, "params": [0, 0], "names": ["a", "b"], "grads": [0, 0], "threads": 1,
             "model": "m", "device": "cpu", "dtype": "float32", "torch": "x"}
 res = pr._combine([worker(0.2), worker(0.4)])

@@ -274,7 +274,7 @@ def test_the_fit_tolerance_is_defined_once():
     offenders = []
     for f in sorted((ROOT / "flexpipe_ui").rglob("*.py")):
         text = f.read_text()
-        if f.name != "costmodel.py" and "FIT_TOL =" in text:
+        if f.relative_to(ROOT).as_posix() != "flexpipe_ui/costmodel/stage.py" and "FIT_TOL =" in text:
             offenders.append(f"{f}: defines FIT_TOL")
         for i, line in enumerate(text.splitlines(), 1):
             if pat.search(line):

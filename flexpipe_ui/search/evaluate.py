@@ -94,7 +94,7 @@ def stage_inflight(result: SimResult) -> np.ndarray:
     by_stage = Timeline(S, tl.actions, stage, tl.start, tl.end, tl.source, None)
     costs = result.costs
     from dataclasses import replace
-    unit = replace(costs, act=np.ones(S), act_w=None)
+    unit = replace(costs, act=np.ones(S), act_w=None, temp=None, grad=None)
     r, _, d = memory_events(by_stage, unit)
     out = np.zeros(S)
     if len(r):

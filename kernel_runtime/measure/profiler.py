@@ -95,6 +95,8 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     t = time.perf_counter()
     times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
                        warmup=job.warmup, device=dev, between=between, ranks=job.ranks)
+    from .profile_memory import unit_temps
+    temps = unit_temps(layers, singles, x, tgt, spec.loss_fn, dev)
     overhead = action_overhead(dev, dt)
     comm = None
     if job.world > 1:
@@ -103,8 +105,10 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
                                        "comm_cpu": c.comm_cpu, "samples": c.samples}
     params = [[p.numel() * p.element_size() for p in l.parameters()] for l in layers]
     grads = [sum(p.numel() * p.element_size() for p in l.parameters() if p.requires_grad) for l in layers]
-    return {"units": {u: vars(v) for u, v in times.items()}, "overhead": overhead, "comm": comm,
+    return {"units": {u: vars(v) for u, v in times.items()}, "temps": {u[0]: t for u, t in temps.items()},
+            "overhead": overhead, "comm": comm,
             "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
+            "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
             "grads": grads,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
             "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
@@ -313,7 +317,8 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
     ov = res["overhead"]
     state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
     layers = [_layer(res["units"][(i,)], ov, name=name, mem=res["params"][i] * state_factor / _MIB,
-                     grad=res["grads"][i] / _MIB) for i, name in enumerate(res["names"])]
+                     grad=res["grads"][i] / _MIB, temp={k: v / _MIB for k, v in res["temps"][i].items()})
+              for i, name in enumerate(res["names"])]
     c = res["comm"]
     stages = [{"layers": list(u), **{k: res["units"][u][k] for k in ("f", "b", "w", "bw")}}
               for u in res["units"] if len(u) > 1]
@@ -326,10 +331,17 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         meta["stages"] = stages
     if c is not None:
         meta["comm_samples"] = [list(p) for p in c["samples"]]
+    # the step's batch stays on the first stage's rank (inputs) and the last's (targets) all step
+    # (``worker``: a rank keeps only what its stages read)
+    per_mb_in, per_mb_tgt = res.get("data", (0, 0))
+    layers[0]["mem"] += per_mb_in * job.microbatches / max(1, dp) / _MIB
+    layers[-1]["mem"] += per_mb_tgt * job.microbatches / max(1, dp) / _MIB
     d = {"ranks": ranks, "microbatches": job.microbatches, "layers": layers,
          "comm": float(comm if comm is not None else (c["latency"] if c else 0.0)), "meta": meta}
     if memory_limit is not None:
         d["memory_limit"] = memory_limit
+    from ..run.transport import RECEIVE_WINDOW
+    d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
     if res["units"][(0,)]["deferred"]:
         d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue as _queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from flexpipe_ui.ir import Plan
@@ -274,10 +274,11 @@ class RunHandle:
         t_min = min((s for _, _, s, _ in recs), default=0.0)
         recs = [(r, a, s - t_min, e - t_min) for r, a, s, e in recs]
         tl = Timeline.from_records(plan.ranks, recs, source="measured", schedule=plan.schedule)
-        if all(m.get("peak_mem") is not None for m in got.values()):
-            from dataclasses import replace
-            tl = replace(tl, peak_memory_measured=tuple(float(got[r]["peak_mem"]) for r in sorted(got)))
-        tl.meta.update(step=msg["step"], plan_index=msg["task"], units="ms")
+        peaks = {k: [got[r].get(f"peak_{k}") for r in sorted(got)] for k in ("mem", "tracked", "rss")}
+        if None not in peaks["mem"]:
+            tl = replace(tl, peak_memory_measured=tuple(map(float, peaks["mem"])))
+        tl.meta.update({f"peak_memory_{k}": v for k, v in peaks.items() if k != "mem" and None not in v},
+                       step=msg["step"], plan_index=msg["task"], units="ms")
         t0 = min(m["t0"] for m in got.values())
         t1 = max(m["t_end"] for m in got.values())
         step_time = (t1 - t0) / 1e9 if same_host else max(m["t_end"] - m["t0"] for m in got.values()) / 1e9

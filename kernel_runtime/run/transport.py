@@ -17,7 +17,11 @@ import torch.distributed as dist
 
 from flexpipe_ui.passes.comm import Message, RankComm
 
-__all__ = ["Transport", "CommError", "ChannelGroups"]
+__all__ = ["Transport", "CommError", "ChannelGroups", "RECEIVE_WINDOW"]
+
+RECEIVE_WINDOW = 2
+"""Receives posted ahead per inbound channel: their buffers are live until consumed (the cost
+model's ``recv_ahead``, which the profiler writes from this)."""
 
 
 class CommError(RuntimeError):
@@ -82,7 +86,7 @@ class Transport:
     """Sends and receives of one rank for one plan; ``start_step`` before each step."""
 
     def __init__(self, rank: int, comm: RankComm, shapes: dict, device: torch.device,
-                 groups: ChannelGroups, timeout: float, window: int = 2):
+                 groups: ChannelGroups, timeout: float, window: int = RECEIVE_WINDOW):
         self.rank, self.comm, self.shapes, self.device = rank, comm, shapes, device
         self.groups, self.timeout, self.window = groups, float(timeout), max(1, int(window))
         self.nccl = groups.backend == "nccl"
@@ -165,9 +169,8 @@ class Transport:
                 else:
                     msg, t = obj
                     self._sends.append((msg, w, t))
-        # drop finished sends so their buffers can be freed early
-        if len(self._sends) > 8:
-            self._sends = [s for s in self._sends if not s[1].is_completed()]
+        # drop finished sends so their buffers (a contiguous copy, a staged host copy) are freed early
+        self._sends = [s for s in self._sends if not s[1].is_completed()]
 
     def _wait(self, work, action: str, peer: int, msg: Message | None, why: str) -> None:
         try:

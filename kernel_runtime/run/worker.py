@@ -146,56 +146,66 @@ def run_worker(rank: int, job: Job, report, progress=None, local_rank: int | Non
     report({"type": "done", "rank": rank})
 
 
-def _batches(w: _Rank, sched, step: int):
-    """This replica's share of step ``step``'s batch, on the device, split into microbatches."""
+def _batches(w: _Rank, sched, step: int, feeds: bool, scores: bool):
+    """This replica's share of step ``step``'s batch, on the device, split into microbatches: the
+    inputs only on the first stage's rank (``feeds``), the targets only on the last's (``scores``);
+    the others would hold a whole batch on their device for nothing."""
     from ..models.data import get_batch, split_microbatches
     from .dp import replica_share
     x, t = get_batch(w.spec, w.job.data, step, w.job.seed)
-    x = replica_share(x, w.lay.replica, w.lay.replicas, "input batch").to(w.device)
-    t = replica_share(t, w.lay.replica, w.lay.replicas, "target batch").to(w.device)
-    x = x.to(w.dtype) if x.is_floating_point() else x
-    t = t.to(w.dtype) if t.is_floating_point() else t
-    return (split_microbatches(x, sched.microbatches, "input batch"),
-            split_microbatches(t, sched.microbatches, "target batch"))
+    out = []
+    for v, what, keep in ((x, "input batch", feeds), (t, "target batch", scores)):
+        v = replica_share(v, w.lay.replica, w.lay.replicas, what)
+        if not keep:
+            out.append(None)
+            continue
+        v = v.to(w.device)
+        v = v.to(w.dtype) if v.is_floating_point() else v
+        out.append(split_microbatches(v, sched.microbatches, what))
+    return out[0], out[1]
 
 
 def _run_task(w: _Rank, ti: int, task: Task, plan) -> None:
-    """Build this rank's stages of ``plan``, agree on shapes, run ``task.steps`` steps, report each."""
-    import torch
+    """Build this rank's stages of ``plan``, agree on shapes, run ``task.steps`` steps, report each
+    with the rank's memory as the allocator counts it (``procmem``)."""
     import torch.distributed as dist
 
     from flexpipe_ui.passes import derive_comm
 
     from ..models.data import make_optimizer
     from .executor import RankExecutor
-    from .memory import peak_memory_mib
+    from .memory import tracked_memory_mib
+    from .procmem import RankMemory
     from .shapes import infer_shapes
     rank, job, device = w.lay.rank, w.job, w.device
     sched = plan.schedule
     part = plan.partition or tuple((s,) for s in range(sched.num_stages))
     mine = sched.stages_of(rank)
+    mem = RankMemory(device)
+    mem.plan_start()                 # before this plan's layers exist
     built = iter(w.spec.layers([i for s in mine for i in part[s]], job.seed, device=device, dtype=w.dtype))
     layers = {s: [next(built) for _ in part[s]] for s in mine}
     params = [p for s in mine for l in layers[s] for p in l.parameters()]
     opt = make_optimizer(params, job.lr, job.optimizer) if params else None
     comm = derive_comm(sched)
     w.groups.ensure(comm.channels, rank, device)
-    first = _batches(w, sched, 0)
-    shapes = infer_shapes(plan, rank, layers, first[0][0] if 0 in mine else None, None, device, w.dtype,
+    feeds, scores = 0 in mine, sched.num_stages - 1 in mine
+    first = _batches(w, sched, 0, feeds, scores)
+    shapes = infer_shapes(plan, rank, layers, first[0][0] if feeds else None, None, device, w.dtype,
                           to_global=w.groups.global_rank, on_device=device.type == "cuda" and not w.staged)
     ex = RankExecutor(plan, rank, layers, w.spec.loss_fn, comm, shapes, device, w.groups, job.timeout,
                       w.timer, None, w.handlers)
     if w.allreduce is not None:
         ex.on_stage_done = lambda s, ex=ex: w.allreduce.start(ex.params[s])
     ex.watch = w.watch
+    mem.settled()
     for step in range(task.steps):
-        inputs, targets = first if step == 0 else _batches(w, sched, step)
+        inputs, targets = first if step == 0 else _batches(w, sched, step, feeds, scores)
         if w.progress:
             ex.progress = lambda pos, step=step: w.progress(ti, step, pos)
         dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        rec = ex.run_step(inputs if 0 in mine else None, targets if sched.num_stages - 1 in mine else None, step)
+        with mem.step(step):
+            rec = ex.run_step(inputs if feeds else None, targets if scores else None, step)
         if w.allreduce is not None:
             w.allreduce.finish()
         grads = None
@@ -205,9 +215,12 @@ def _run_task(w: _Rank, ti: int, task: Task, plan) -> None:
                      if p.grad is not None}
         if opt is not None:
             opt.step()
+        t_end = w.timer.now()
+        mem.after_optimizer(step)
         w.report({"type": "step", "rank": w.lay.global_rank, "prank": rank, "replica": w.lay.replica,
                   "task": ti, "step": step, "loss": rec.loss, "records": rec.records, "t0": rec.t0,
-                  "t_end": w.timer.now(), "grads": grads, "peak_mem": peak_memory_mib(device, rec, params, opt)})
+                  "t_end": t_end, "grads": grads, "peak_mem": mem.peak_mib(), "peak_rss": mem.rss_mib(),
+                  "peak_tracked": tracked_memory_mib(rec, params, opt)})
 
 
 def worker_main(rank: int, job: Job, queue, progress_arr=None, beat_arr=None) -> None:

@@ -1,0 +1,210 @@
+"""A rank's memory as the process's tensor allocator counts it, not as the executor tallies it.
+
+The executor's own count of the bytes it tracks (``memory.SavedBytes``) is the cost model's rule
+restated, so comparing a prediction with it proves nothing. What a run reports instead:
+
+- **on a GPU**: CUDA's ``max_memory_allocated`` over the step (every live block of the caching
+  allocator at its peak: weights, gradients, optimizer state, activations, workspaces, buffers);
+- **on CPU**: the same quantity from torch's CPU allocator. Torch's profiler, with
+  ``profile_memory``, receives every allocation and free of the CPU allocator with the running
+  total of live bytes (``total_allocated``); the worker profiles from before it builds its layers
+  to the end of the plan's first step (a warm-up step, never timed), and the step's figure is the
+  highest running total inside it (weights, gradients, activations, workspace temporaries inside
+  ops, messages) plus the optimizer state that step's ``optimizer.step()`` left (live in every later
+  step). Allocation order is the plan's, so every step has this peak; later steps run
+  uninstrumented and report the first step's figure.
+
+The resident set is reported beside it (``VmHWM`` less the resident set before the rank built its
+layers), for information only: on CPU it also holds library code first touched by the step's
+kernels and glibc's free heap (measured on bench_truth's GPT: ~36 MiB of code, ~34 MiB of free
+heap kept by ``allocator.keep_freed_memory``), which belong to the process, not to the plan.
+Linux for the resident set; elsewhere it is None.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import sys
+from contextlib import nullcontext
+
+__all__ = ["rss_bytes", "peak_rss_bytes", "reset_peak_rss", "release_free_heap", "RankMemory"]
+
+_MIB = float(2 ** 20)
+_STEP = "flexpipe::measured_step"
+
+
+def _status(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes() -> int | None:
+    """The resident set now (bytes), None where /proc is not there."""
+    return _status("VmRSS")
+
+
+def peak_rss_bytes() -> int | None:
+    """The resident set's high-water mark since the process started or ``reset_peak_rss``."""
+    return _status("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Reset ``VmHWM`` to the resident set now (Linux ≥ 4.0); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def release_free_heap() -> None:
+    """Collect garbage and hand the heap's free pages back to the system (glibc ``malloc_trim``)."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _walk(nodes):
+    for nd in nodes:
+        yield nd
+        yield from _walk(nd.children)
+
+
+def _cpu_peak(prof) -> tuple[float, float, float] | None:
+    """(highest live total inside the measured step, live total at its end, live total after the
+    last event), bytes allocated during the profiling session and not freed, from the profiler's
+    allocation events; None when the step's range is not found.
+
+    The sum is kept here, block by block: the reporter's own running total is process-wide and
+    outlives a session (blocks freed while no profiler runs are never taken off it, and a later
+    block at the same address is then taken off at the old size), so it drifts from plan to plan
+    in one process. Blocks allocated before the session (and their frees) are not the plan's."""
+    from torch._C._profiler import _EventType
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    step = next((nd for nd in _walk(tree) if nd.name == _STEP), None)
+    allocs = sorted((nd for nd in _walk(tree) if nd.tag == _EventType.Allocation), key=lambda n: n.start_time_ns)
+    if step is None or not allocs:
+        return None
+    t0, t1 = step.start_time_ns, step.end_time_ns
+    live: dict[int, int] = {}
+    cur = peak = at_end = 0
+    for nd in allocs:
+        f = nd.extra_fields
+        if f.alloc_size > 0:
+            live[f.ptr] = f.alloc_size
+            cur += f.alloc_size
+        elif f.ptr in live:
+            cur -= live.pop(f.ptr)
+        if t0 <= nd.start_time_ns <= t1:
+            peak = max(peak, cur)
+            at_end = cur
+    import os
+    if os.environ.get("FLEXPIPE_MEMDEBUG"):
+        _debug(allocs, t0, t1, peak)
+    return float(peak), float(at_end), float(cur)
+
+
+def _debug(allocs, t0, t1, peak):  # temporary
+    import collections, os
+    live, cur = {}, 0
+    for nd in allocs:
+        f = nd.extra_fields
+        if f.alloc_size > 0:
+            p = nd.parent
+            names = []
+            while p is not None and len(names) < 7:
+                names.append(p.name); p = p.parent
+            live[f.ptr] = (f.alloc_size, " < ".join(names), nd.start_time_ns < t0)
+            cur += f.alloc_size
+        elif f.ptr in live:
+            cur -= live.pop(f.ptr)[0]
+        if t0 <= nd.start_time_ns <= t1 and cur == peak:
+            break
+    by = collections.Counter()
+    for size, name, before in live.values():
+        by[("pre-step " if before else "") + name] += size
+    with open(os.environ["FLEXPIPE_MEMDEBUG"] + f".{os.getpid()}", "w") as out:
+        out.write(f"peak {peak / 2**20:.2f} MiB\n")
+        for name, b in by.most_common(30):
+            out.write(f"{b / 2**20:9.2f}  {name}\n")
+
+
+class RankMemory:
+    """One plan on one rank: ``plan_start()`` before the rank builds its layers; per step,
+    ``step(i)`` as a context around the step's compute, ``after_optimizer(i)`` after the
+    optimizer's step; ``peak_mib()``: the allocator's peak (see the module docstring);
+    ``rss_mib()``: the resident set's high-water mark in the step less the base."""
+
+    def __init__(self, device):
+        self.device = device
+        self.prof = None
+        self.peak: float | None = None
+        self.base_rss: int | None = None
+        self._rss_ok = False
+        self._level_before_opt = None
+
+    def plan_start(self) -> None:
+        release_free_heap()
+        self.base_rss = rss_bytes()
+        if self.device.type != "cuda":
+            try:
+                from torch.profiler import ProfilerActivity, profile
+                self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+                self.prof.__enter__()
+            except Exception:            # a profiler already running (user code): no CPU figure
+                self.prof = None
+
+    def settled(self) -> None:
+        """After building (a split model builds whole, then drops the rest): free heap returned."""
+        release_free_heap()
+
+    def step(self, i: int):
+        self._rss_ok = self.base_rss is not None and reset_peak_rss()
+        if self.device.type == "cuda":
+            import torch
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return nullcontext()
+        if self.prof is not None and i == 0:
+            from torch.autograd.profiler import record_function
+            return record_function(_STEP)
+        return nullcontext()
+
+    def after_optimizer(self, i: int) -> None:
+        if self.device.type == "cuda":
+            import torch
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+            return
+        if self.prof is None or i != 0:
+            return
+        prof, self.prof = self.prof, None
+        prof.__exit__(None, None, None)
+        got = _cpu_peak(prof)
+        if got is None:
+            return
+        peak, end_of_step, level = got
+        # optimizer state created by this step's optimizer.step() (AdamW's moments): live in every
+        # later step's peak
+        self.peak = peak + max(0.0, level - end_of_step)
+
+    def peak_mib(self) -> float | None:
+        return None if self.peak is None else self.peak / _MIB
+
+    def rss_mib(self) -> float | None:
+        if not self._rss_ok:
+            return None
+        peak = peak_rss_bytes()
+        return None if peak is None else (peak - self.base_rss) / _MIB
+
