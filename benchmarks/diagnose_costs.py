@@ -1,16 +1,18 @@
-"""Why predictions are off on real layers: each action kind's duration inside a pipelined run vs
-what the profile says it costs.
+"""Why predictions are off: each action's duration inside a pipelined run vs the cost model's
+duration for it, the time between actions, and the waits on messages, per plan and per kind.
 
-For each model of ``bench_truth`` (2 ranks) it profiles twice -- one worker alone, and one worker
-per rank at once (what ``profile`` does by default: the ranks contend for cores and memory as in a
-run) -- timing every layer and, whole, every stage of the plans below. Then it runs 1F1B, ZB-H1,
-interleaved 1F1B, ZB-V and 1F1B with each B split into I then W in place ("1f1b+split": the
-cost of splitting a backward, nothing else changed) and prints, per plan, stage and kind: the median measured duration (steps
-after warm-up), the first step's, the sum of the stage's per-layer costs + the per-action overhead
-(alone / concurrent), the stage timed whole, and the ratio measured / concurrent sum. Then the
-cross-rank waits against ``comm + out / bandwidth``, and a summary per kind.
+For each family of ``bench_truth`` (``truth_models``; the same seeded draw): profile, build the
+library plans and auto's, run them interleaved (one launch), and print
 
-    python benchmarks/diagnose_costs.py [--small] [--steps 6] [--models gpt-heavy-head]
+- per plan: step makespan measured vs simulated; per rank, busy time measured vs simulated and
+  the idle time between actions measured ("gaps") vs simulated;
+- per plan, stage and kind: the median measured duration vs the model's (``simulate`` on the
+  profile: the same numbers the prediction used);
+- per kind over all plans: Σ measured / Σ model;
+- cross-rank waits beyond the message's transfer (``flexpipe_ui.calibrate.gaps``) vs ``comm``, and the
+  executor's own time between two actions that did not wait (the loop gap).
+
+    python benchmarks/diagnose_costs.py [--families conv-transformer] [--seed 11] [--steps 6] [--small]
 """
 from __future__ import annotations
 
@@ -24,121 +26,79 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def library_plans(problem):
-    from bench_truth import library_plans as plans      # imported when a diagnosis runs
-    return plans(problem)
-
-
-def models(small: bool):
-    from bench_truth import models as specs
-    return specs(small)
-
-_FIELD = {"F": "f", "I": "b", "W": "w"}
-
-
-def predicted(prob, lay, kind) -> float:
-    """Σ of the stage's per-layer cost of ``kind`` + the per-action overhead."""
-    from flexpipe_ui.calibrate import kind_overhead
-    if kind == "B":
-        work = sum(prob.layers[i].bw or (prob.layers[i].b + prob.layers[i].w) for i in lay)
-    else:
-        work = sum(getattr(prob.layers[i], _FIELD[kind]) for i in lay)
-    return work + kind_overhead(prob).get(kind, 0.0)
-
-
-def whole(prob, lay, kind):
-    """The stage timed whole by the profiler (``meta["stages"]``), or None."""
-    key = {"F": "f", "I": "b", "W": "w", "B": "bw"}[kind]
-    for st in prob.meta.get("stages", []):
-        if tuple(st["layers"]) == tuple(lay):
-            return st[key]
-    return None
-
-
-def durations(tls):
-    out = {}
+def durations(tls) -> dict:
+    """Median duration of each (stage, kind) over the timelines."""
+    out: dict = {}
     for tl in tls:
         for a, s, e in zip(tl.actions, tl.start, tl.end):
             out.setdefault((a.stage, a.kind.name), []).append(float(e - s))
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def split_plan(plan):
-    """The same plan with every fused B(s, m) split into I(s, m) then W(s, m) at its place: the
-    cost of splitting a backward, with nothing else changed."""
-    from diagnose_split import reorder
-    out = reorder(plan, split_all=True)
-    return out.__class__(out.schedule, out.partition,
-                         dict(plan.meta or {}, name=(plan.meta or {}).get("name", "") + "+split"))
+def rank_busy(tl, ranks: int) -> list[float]:
+    busy = [0.0] * ranks
+    for r, s, e in zip(tl.rank, tl.start, tl.end):
+        busy[int(r)] += float(e - s)
+    return busy
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--families", default=None)
+    ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--small", action="store_true")
-    ap.add_argument("--models", default=None)
+    ap.add_argument("--time-limit", type=float, default=10.0)
     args = ap.parse_args(argv)
-    import torch
+
+    from bench_truth import plans_for
+    from truth_models import describe, families
 
     from flexpipe_ui.sim import simulate
     from flexpipe_ui.calibrate import gaps, kind_overhead
-    from kernel_runtime.run.launcher import launch
     from kernel_runtime.measure.profiler import profile
-    ranks = 2
-    specs = models(args.small)
-    if args.models:
-        specs = {k: v for k, v in specs.items() if k in args.models.split(",")}
-    print(f"diagnose_costs: {ranks} ranks x {args.microbatches} microbatches, cpu count {os.cpu_count()}, "
-          f"torch threads per worker {max(1, (os.cpu_count() or 1) // ranks)}; ms")
-    for mname, spec in specs.items():
-        probe = profile(spec, ranks=ranks, microbatches=args.microbatches, processes=0, repeats=1, warmup=0)
-        plans = library_plans(probe)
-        try:
-            plans["1f1b+split"] = split_plan(plans["1f1b"])
-        except Exception as e:  # noqa: BLE001 - a diagnostic extra
-            print(f"(no split variant: {e})")
-        units = sorted({tuple(l) for p in plans.values() for l in p.partition if len(l) > 1})
-        alone = profile(spec, ranks=ranks, microbatches=args.microbatches, processes=1, stages=units)
-        conc = profile(spec, ranks=ranks, microbatches=args.microbatches, stages=units)
-        print(f"\n== {mname}: profile alone vs concurrent; overhead per action {kind_overhead(conc)}; "
-              f"comm {conc.comm:.3f} ms, bandwidth {conc.bandwidth} MiB/ms, comm_cpu {conc.comm_cpu}; "
-              f"spread (IQR/median, worst layer) alone {alone.meta['spread']:.2f} conc {conc.meta['spread']:.2f}")
+    from kernel_runtime.run.launcher import launch
+    log = lambda s: print(s, file=sys.stderr, flush=True)
+    fams = families(args.seed, small=args.small, only=tuple(args.families.split(",")) if args.families else None)
+    for fam in fams:
+        print(f"\n== {describe(fam)}")
+        prob = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches)
+        print(f"overhead per action {({k: round(v, 3) for k, v in kind_overhead(prob).items()})}; "
+              f"comm {prob.comm:.3f} ms; bandwidth {prob.bandwidth} MiB/ms; comm_cpu {prob.comm_cpu}; "
+              f"probe {prob.meta.get('executor_probe')}")
+        plans = plans_for(prob, args.time_limit, log)
         names = list(plans)
-        h = launch([plans[n] for n in names], model=spec, steps=args.steps + 1, timeout=300)
+        h = launch([plans[n] for n in names] * 2, model=fam.spec, steps=args.steps + 1, timeout=600)
         h.wait()
-        print(f"{'plan':<18} {'st':>2} {'layers':<9} {'kind':<4} {'meas':>8} {'step0':>8} {'alone':>8} "
-              f"{'conc':>8} {'whole':>8} {'meas/conc':>9}")
         summary: dict[str, list] = {}
         for i, n in enumerate(names):
             plan = plans[n]
-            evs = [e for e in h.step_events if e.plan_index == i]
-            steady = durations([e.timeline for e in evs[1:]])
-            first = durations([evs[0].timeline])
-            model = durations([simulate(plan, conc).timeline])   # the cost model's own durations
-            for (s, k), d in sorted(steady.items()):
-                lay = plan.partition[s]
-                pa, pc, pw = predicted(alone, lay, k), model[(s, k)], whole(conc, lay, k)
-                summary.setdefault(k, []).append((d, pc, pa))
-                print(f"{n:<18} {s:>2} {f'{lay[0]}-{lay[-1]}':<9} {k:<4} {d:>8.3f} {first[(s, k)]:>8.3f} "
-                      f"{pa:>8.3f} {pc:>8.3f} {(f'{pw:.3f}' if pw is not None else '-'):>8} {d / max(pc, 1e-9):>9.2f}")
-            meas = statistics.median(e.timeline.makespan for e in evs[1:])
-            sim = simulate(plan, conc).makespan
-            both = [gaps(e.timeline, plan, conc) for e in evs[1:]]
+            evs = [e for e in h.step_events if e.plan_index % len(names) == i and e.step >= 1]
+            tls = [e.timeline for e in evs]
+            sim = simulate(plan, prob)
+            meas_d, model_d = durations(tls), durations([sim.timeline])
+            meas = statistics.median(tl.makespan for tl in tls)
+            busy_m = [statistics.median(rank_busy(tl, plan.ranks)[r] for tl in tls) for r in range(plan.ranks)]
+            busy_s = rank_busy(sim.timeline, plan.ranks)
+            print(f"-- {n}: makespan measured {meas:.1f} vs simulated {sim.makespan:.1f} ({(meas - sim.makespan) / sim.makespan:+.1%}); "
+                  f"busy per rank measured {[round(b, 1) for b in busy_m]} vs {[round(b, 1) for b in busy_s]}; "
+                  f"idle measured {[round(meas - b, 1) for b in busy_m]} vs {[round(sim.makespan - b, 1) for b in busy_s]}")
+            rows = []
+            for (s, k), d in sorted(meas_d.items()):
+                md = model_d.get((s, k), float("nan"))
+                summary.setdefault(k, []).append((d, md))
+                rows.append(f"{s}{k} {d:.2f}/{md:.2f}={d / md if md > 0 else float('nan'):.2f}")
+            print("   stage-kind measured/model: " + "  ".join(rows))
+            both = [gaps(tl, plan, prob) for tl in tls]
             waits = [g for w, _ in both for g in w]
             loops = [g for _, l in both for g in l]
-            wait = (f"mean {statistics.fmean(waits):.3f} median {statistics.median(waits):.3f}" if waits else "-")
-            wait += f"; executor gap between actions (median) {statistics.median(loops):.3f}" if loops else ""
-            peaks = [e.timeline.peak_memory_measured for e in evs[1:] if e.timeline.peak_memory_measured]
-            pm = simulate(plan, conc).metrics.peak_memory
-            print(f"  {n}: step makespan measured {meas:.2f} vs simulated {sim:.2f} ({(meas - sim) / sim:+.1%}); "
-                  f"cross-rank wait beyond transfer {wait} vs comm {conc.comm:.3f}; peak MiB measured "
-                  f"{[round(x, 1) for x in peaks[-1]] if peaks else '-'} vs predicted {[round(x, 1) for x in pm]}")
-        print(f"-- {mname} per kind: Σ measured / Σ (per-layer sum + overhead), concurrent | alone profile")
-        for k, rows in summary.items():
-            m, c, a = (sum(r[j] for r in rows) for j in range(3))
-            print(f"   {k}: {m / c:.3f} | {m / a:.3f}   ({len(rows)} stage-kinds)")
-    print(f"\n(torch {torch.__version__}; the machine's load when this ran is part of these numbers)")
+            if waits or loops:
+                print(f"   waits beyond transfer: median {statistics.median(waits) if waits else float('nan'):.3f} "
+                      f"mean {statistics.fmean(waits) if waits else float('nan'):.3f} (n={len(waits)}) vs comm "
+                      f"{prob.comm:.3f}; loop gap median {statistics.median(loops) if loops else float('nan'):.3f} "
+                      f"mean {statistics.fmean(loops) if loops else float('nan'):.3f} (n={len(loops)})")
+        print(f"-- per kind, Σ measured / Σ model: " + "; ".join(
+            f"{k} {sum(r[0] for r in rows) / sum(r[1] for r in rows):.3f}" for k, rows in summary.items()))
     return 0
 
 

@@ -31,15 +31,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def library_plans(problem):
-    from bench_truth import library_plans as plans      # imported when a diagnosis runs
-    return plans(problem)
-
-
-def models(small: bool):
-    from bench_truth import models as specs
-    return specs(small)
+from truth_models import fixed_models as models, library_plans  # noqa: E402
 
 
 def reorder(plan, *, split_odd: bool = False, split_all: bool = False, w_now: bool = False):

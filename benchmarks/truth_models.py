@@ -28,7 +28,10 @@ import torch
 from torch import nn
 from torch.nn import functional as Fn
 
-__all__ = ["Family", "families", "FAMILIES", "describe"]
+__all__ = ["Family", "families", "FAMILIES", "describe", "fixed_models", "library_plans", "LIBRARY"]
+
+LIBRARY = ("1f1b", "zb-h1", "interleaved-1f1b", "zb-v")
+"""The library plans every family runs beside auto's."""
 
 FAMILIES = ("gpt-heavy-head", "mlp-uneven", "llama-hf", "conv-transformer", "recsys-heavy-tail")
 
@@ -97,16 +100,16 @@ def _ce(logits, target):
     return Fn.cross_entropy(logits, target)
 
 
-def _conv_transformer(rng: random.Random, ranks: int):
+def _conv_transformer(rng: random.Random, ranks: int, small: bool = False):
     from kernel_runtime import split_module
-    size = rng.choice((16, 24, 32))
+    size = rng.choice((8,) if small else (16, 24, 32))
     n_conv = rng.choice((2, 3))
-    channels = tuple(rng.choice((16, 24, 32, 48)) * (2 ** i) for i in range(n_conv))
-    dim = rng.choice((96, 128, 160, 192))
+    channels = tuple(rng.choice((4, 8) if small else (16, 24, 32, 48)) * (2 ** i) for i in range(n_conv))
+    dim = rng.choice((16, 32) if small else (96, 128, 160, 192))
     heads = rng.choice([h for h in (2, 4, 8) if dim % h == 0])
     depth = rng.randint(3, 6)
     ff = dim * rng.choice((2, 3, 4))
-    classes = rng.choice((100, 1000, 4000))
+    classes = rng.choice((10, 50) if small else (100, 1000, 4000))
     # work per sample (multiply-adds): convs at their resolution, tokens through the blocks, head
     res, macs = size, 0
     chans = (3,) + channels
@@ -165,14 +168,14 @@ def _ids_batch(rows: tuple, items: int, step: int, bs: int, gen: torch.Generator
     return ids, torch.randint(0, items, (bs,), generator=gen)
 
 
-def _recsys(rng: random.Random, ranks: int):
+def _recsys(rng: random.Random, ranks: int, small: bool = False):
     from kernel_runtime import split_module
     tables = rng.randint(4, 8)
-    rows = tuple(rng.choice((20_000, 50_000, 100_000)) for _ in range(tables))
-    dim = rng.choice((16, 32, 64))
+    rows = tuple(rng.choice((200, 500) if small else (20_000, 50_000, 100_000)) for _ in range(tables))
+    dim = rng.choice((4, 8) if small else (16, 32, 64))
     depth = rng.randint(3, 6)
-    tower = tuple(rng.choice((256, 384, 512, 768)) for _ in range(depth))
-    items = rng.choice((20_000, 40_000, 60_000))
+    tower = tuple(rng.choice((16, 32) if small else (256, 384, 512, 768)) for _ in range(depth))
+    items = rng.choice((100, 300) if small else (20_000, 40_000, 60_000))
     macs = sum(a * b for a, b in zip((tables * dim,) + tower[:-1], tower)) + tower[-1] * items
     bs = _batch_for(macs, lo=64, hi=2048, multiple=16)
     factory = functools.partial(Recommender, rows, dim, tower, items)
@@ -184,15 +187,15 @@ def _recsys(rng: random.Random, ranks: int):
 
 # ---------------------------------------------------------------- Hugging Face Llama (from_transformers)
 
-def _llama(rng: random.Random, ranks: int):
+def _llama(rng: random.Random, ranks: int, small: bool = False):
     from kernel_runtime import from_transformers
-    hidden = rng.choice((128, 160, 192, 256))
+    hidden = rng.choice((32, 64) if small else (128, 160, 192, 256))
     heads = rng.choice([h for h in (2, 4, 8) if hidden % h == 0 and (hidden // h) % 2 == 0])
     kv = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
     inter = 32 * round(hidden * rng.choice((2.5, 3.0, 4.0)) / 32)
     n = rng.randint(4, 8)
-    vocab = rng.choice((4096, 8192, 16384))
-    seq = rng.choice((32, 64))
+    vocab = rng.choice((128, 256) if small else (4096, 8192, 16384))
+    seq = rng.choice((8,) if small else (32, 64))
     per_token = n * (hidden * hidden * (2 + 2 * kv / heads) + 3 * hidden * inter + 2 * seq * hidden) + hidden * vocab
     bs = _batch_for(per_token * seq, lo=4, hi=128, multiple=4)
     cfg = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=n, num_attention_heads=heads,
@@ -238,7 +241,7 @@ def families(seed: int, small: bool = False, only: tuple[str, ...] | None = None
             ranks = _ranks(rng)
             mbs = _microbatches(rng, ranks)
             build = {"llama-hf": _llama, "conv-transformer": _conv_transformer, "recsys-heavy-tail": _recsys}[name]
-            spec, drawn = build(rng, ranks)
+            spec, drawn = build(rng, ranks, small)
             if spec.num_layers < 2 * ranks:          # interleaved and V plans need two stages a rank
                 ranks = max(2, spec.num_layers // 2)
                 mbs = _microbatches(rng, ranks)
@@ -250,3 +253,14 @@ def families(seed: int, small: bool = False, only: tuple[str, ...] | None = None
                 drawn["batch"] = spec.batch_size
             out.append(Family(name, spec, ranks, mbs, drawn))
     return out
+
+
+def fixed_models(small: bool = False) -> dict:
+    """The two fixed-shape families' specs by name (the diagnostics' models)."""
+    return {f.name: f.spec for f in families(0, small=small, only=("gpt-heavy-head", "mlp-uneven"))}
+
+
+def library_plans(problem) -> dict:
+    """``LIBRARY``'s plans for ``problem`` (even partitions, as a user gets them)."""
+    from flexpipe_ui.library import build_named
+    return {name: build_named(name, problem) for name in LIBRARY}

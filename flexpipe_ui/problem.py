@@ -95,6 +95,9 @@ class Problem:
     data_input: bool | None = None
     """True when the first layer is fed data (token ids), not an activation needing a gradient:
     the first stage's I is then a no-op and its W runs the fused backward (``costmodel``)."""
+    runtime_mem: float | None = None
+    """MiB every rank's process holds on its device for the runtime's libraries (cuBLAS
+    workspaces), part of each rank's static memory; None: 0. Measured by the profiler."""
     recv_ahead: int | None = None
     """Received messages are fresh buffers (with layers' ``out``): a stage fed by another rank
     holds its input with its activation, and each rank holds ``recv_ahead`` posted receive
@@ -265,6 +268,8 @@ def _problem_terms(d: dict, source: str) -> dict:
         out["dp"] = _num(d["dp"], f"{source}: 'dp'", integer=True, minimum=1)
     if d.get("dp_bandwidth") is not None:
         out["dp_bandwidth"] = _num(d["dp_bandwidth"], f"{source}: 'dp_bandwidth'", strict=True)
+    if d.get("runtime_mem") is not None:
+        out["runtime_mem"] = _num(d["runtime_mem"], f"{source}: 'runtime_mem'")
     if d.get("recv_ahead") is not None:
         out["recv_ahead"] = _num(d["recv_ahead"], f"{source}: 'recv_ahead'", integer=True)
     if d.get("data_input") is not None:
@@ -319,7 +324,7 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
         overhead = dict(overhead)
     return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
             "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input),
-            "recv_ahead": p.recv_ahead}
+            "recv_ahead": p.recv_ahead, "runtime_mem": p.runtime_mem or 0.0}
 
 
 _FREES_AS_IT_GOES = ("F", "B", "R")
@@ -387,6 +392,8 @@ def _check_terms(p: Problem) -> None:
                 if not isinstance(k, str) or not k or not _nonneg(v):
                     raise ProblemError(f"layer {i}, key {term!r}, kind {k!r}: must be a finite number >= 0, "
                                        f"got {v!r}")
+    if p.runtime_mem is not None and not _nonneg(p.runtime_mem):
+        raise ProblemError(f"'runtime_mem' must be a finite number >= 0 (MiB), got {p.runtime_mem!r}")
     for k in ("bandwidth", "dp_bandwidth"):
         v = getattr(p, k)
         if v is not None and not (_nonneg(v) and v > 0):

@@ -107,6 +107,7 @@ def unit(extra):
             "deferred": False, "switch": 0.0, "probe_extra": extra, "samples": {}}
 def worker(extra):
     return {"units": {(0,): unit(extra), (1,): unit(extra)}, "temps": {0: {}, 1: {}},
+            "noise": {"repeats": 1, "drift": 0.0},
             "overhead": {k: 0.1 for k in "FIWB"},
             "comm": None, "params": [0, 0], "names": ["a", "b"], "grads": [0, 0], "threads": 1,
             "model": "m", "device": "cpu", "dtype": "float32", "torch": "x"}

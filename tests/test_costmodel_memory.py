@@ -108,3 +108,13 @@ def test_data_fed_first_stage_takes_the_fused_workspace_in_w():
     assert kind_temp(get_kind("I"), costs)[0] == 0.0
     assert kind_temp(get_kind("W"), costs)[0] == 3.0
     assert np.all(kind_temp(get_kind("F"), costs) == 0.0)
+
+
+def test_runtime_memory_is_held_by_every_rank_once():
+    assert _peaks(_prob(runtime_mem=65.0)) == (10 + 8 + 65, 10 + 4 + 65)
+    # two stages on one rank: counted once for that rank
+    p = _prob(n=3, runtime_mem=5.0)
+    plan = hand_plan("r0: 0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1\nr1: 1F0 1F1 1B0 1B1", placement=(0, 1, 0),
+                     microbatches=2, partition=((0,), (1,), (2,)))
+    static = simulate(plan, p).metrics.static_memory
+    assert static == (20 + 5, 10 + 5)

@@ -37,6 +37,8 @@ extra terms, each neutral when absent:
 - ``recv_ahead`` (with ``out``): received messages are fresh buffers: a stage fed by another rank
   holds its input with its activation, and each rank holds ``recv_ahead`` posted receive buffers
   per inbound channel (``place_memory``, applied where the placement is known);
+- ``runtime_mem``: MiB each rank's process holds for the runtime's libraries (cuBLAS workspaces),
+  static (``rank_static``);
 - layer ``grad`` also times the gradients' memory: a stage's gradients (part of ``mem``) exist
   from the start of its first weight-gradient action of the step (``rank_static``, ``grad_events``).
 

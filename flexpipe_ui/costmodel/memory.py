@@ -153,12 +153,17 @@ def action_memory(acts, kid: np.ndarray, klist: Sequence[Kind], stage: np.ndarra
 
 def rank_static(costs: StageCosts, placement, ranks: int) -> np.ndarray:
     """Per rank, what it holds when a step starts: Σ ``mem`` of its stages, less their ``grad``
-    (a stage's gradients are allocated by its first weight-gradient action: ``grad_events``)."""
+    (a stage's gradients are allocated by its first weight-gradient action: ``grad_events``), plus
+    ``runtime_mem`` (the libraries' workspaces)."""
     static = np.zeros(ranks)
     grad = np.zeros(costs.num_stages) if costs.grad is None else np.asarray(costs.grad, float)
+    used = set()
     for s, r in enumerate(placement):
         if s < costs.num_stages and r < ranks:
             static[r] += costs.mem[s] - min(grad[s], costs.mem[s])
+            used.add(r)
+    for r in used:                          # the runtime's own (cuBLAS workspaces), once a rank
+        static[r] += costs.runtime_mem
     return static
 
 

@@ -42,6 +42,8 @@ class StageCosts:
     dp_bandwidth: float | None = None
     data_input: bool = False
     """Stage 0 is fed data: its I is a no-op, its W the fused backward (``costmodel.fold_data_input``)."""
+    runtime_mem: float = 0.0
+    """MiB every rank holds for the runtime's libraries (static)."""
     recv_ahead: int | None = None
     """Receive buffers posted ahead per inbound channel; None: messages take no memory."""
 

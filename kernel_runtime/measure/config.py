@@ -33,6 +33,12 @@ class ProfileConfig:
     """Timed repetitions per layer after the warm-up (the statistic is their median)."""
     warmup: int = 2
     """Untimed repetitions first."""
+    max_repeats: int | None = None
+    """While the machine's speed moved by more than ``tolerance`` over the repetitions timed so
+    far, more are timed, up to this many (default 2 x ``repeats``); ``meta["noise"]`` says how many
+    ran and how far the machine moved."""
+    tolerance: float = 0.03
+    """Relative drift of the machine's speed (between the halves of the repetitions) accepted."""
     optimizer: str = "sgd"
     """"sgd" or "adamw": the optimizer state counted in each layer's static memory ``mem``."""
     seed: int = 0

@@ -65,10 +65,14 @@ def _pingpong(rank: int, buf: torch.Tensor, reps: int, sync) -> float:
 
 
 def measure_comm(rank: int, device, sizes_bytes=(4, 1 << 16, 1 << 20, 1 << 22), reps: int = 15,
-                 stream: int = 12) -> CommCost | None:
-    """Latency, bandwidth and CPU share between ranks 0 and 1; None on other ranks."""
+                 stream: int = 12, staged: bool = False) -> CommCost | None:
+    """Latency, bandwidth and CPU share between ranks 0 and 1; None on other ranks. ``staged``:
+    GPUs shared by the ranks, messages go through host memory over gloo (as the transport sends
+    them), so the buffers are host tensors."""
     if rank > 1:
         return None
+    if staged:
+        device = torch.device("cpu")
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     pts = []

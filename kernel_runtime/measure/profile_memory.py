@@ -75,13 +75,20 @@ def action_temps(probe, device) -> dict[str, float]:
     else:
         from torch.autograd.profiler import record_function
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        from .procmem import _quiet_stderr
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        with _quiet_stderr():
+            prof.__enter__()
+        try:
             st = MBState()
             for name, k in zip(names, SEQUENCE):
                 if k == "F":
                     st = MBState()
                 with record_function(name):
                     _run(probe, k, st)
+        finally:
+            with _quiet_stderr():
+                prof.__exit__(None, None, None)
         got = _cpu_ranges(prof, names)
     out: dict[str, float] = {}
     for k, (start, peak, end) in zip(SEQUENCE, got):

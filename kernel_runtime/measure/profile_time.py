@@ -217,12 +217,31 @@ def other_stage(unit: Sequence[int], n: int, ranks: int) -> tuple[int, ...] | No
     return None if not other or set(other) & set(unit) else other
 
 
+def drift(per_rep: Sequence[float]) -> float:
+    """How far the machine moved while the repetitions ran: the medians of the first and the
+    second half of a series of per-repetition totals, their difference over the median of all."""
+    n = len(per_rep)
+    if n < 4:
+        return 0.0
+    mid = statistics.median(per_rep)
+    a, b = statistics.median(per_rep[: n // 2]), statistics.median(per_rep[n // 2:])
+    return abs(a - b) / mid if mid > 0 else 0.0
+
+
 def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, target, loss_fn, *,
                repeats: int = 7, warmup: int = 2, device=None,
-               between: Callable[[int], None] | None = None, ranks: int = 2) -> dict[tuple, UnitTimes]:
+               between: Callable[[int], None] | None = None, ranks: int = 2,
+               max_repeats: int | None = None, tolerance: float = 0.03,
+               agree: Callable[[bool], bool] | None = None, report: dict | None = None
+               ) -> dict[tuple, UnitTimes]:
     """Median F, I, W, B (ms) and bytes of each unit (a tuple of layer indices, contiguous).
 
-    ``between(rep)`` runs before each repetition (the profiling workers' barrier)."""
+    ``between(rep)`` runs before each repetition (the profiling workers' barrier). After
+    ``repeats`` repetitions, while the machine's drift over them (``drift`` of the per-repetition
+    totals) exceeds ``tolerance``, more are timed, up to ``max_repeats``: the medians then span a
+    longer stretch of the machine's states (a 2-core VM moved 10-30% over tens of seconds,
+    docs/cost_model.md). ``agree(done)`` makes the workers stop together (all must be done).
+    ``report`` receives {"repeats", "drift"}."""
     device = device or x.device
     units = [tuple(u) for u in units]
     n = len(layers)
@@ -234,19 +253,37 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
               for u in units + extra}
     got: dict[tuple, list[dict]] = {u: [] for u in units}
     alt: dict[tuple, dict[str, list[float]]] = {u: {"F": [], "B": []} for u in units}
-    for rep in range(warmup + repeats):
+    totals: list[float] = []
+    limit = max(repeats, max_repeats or repeats)
+    rep, moved = 0, 0.0
+    while True:
         if between is not None:
             between(rep)
         k = rep % len(units)
         rotated = units[k:] + units[:k]           # rotated: drift spreads over every unit
+        total = 0.0
         for u in rotated:
             r = _one_rep(probes[u], device)
             a = _after_other(probes[u], probes[others[u]], device) if others[u] is not None else None
             if rep >= warmup:
                 got[u].append(r)
+                total += statistics.median(r["f"]) + statistics.median(r["bw"])
                 if a is not None:
                     for kk in "FB":
                         alt[u][kk].extend(a[kk])
+        if rep >= warmup:
+            totals.append(total)
+        rep += 1
+        done_reps = rep - warmup
+        if done_reps >= repeats and (done_reps - repeats) % 4 == 0:
+            moved = drift(totals)
+            done = moved <= tolerance or done_reps >= limit
+            if agree is not None:
+                done = agree(done)
+            if done:
+                break
+    if report is not None:
+        report.update(repeats=rep - warmup, drift=moved)
     out = {}
     for u, rs in got.items():
         flat = lambda key: [v for r in rs for v in (r[key] if isinstance(r[key], tuple) else (r[key],))]

@@ -61,6 +61,8 @@ class _ProfileJob:
     spawned: bool = True
     pin_cpus: bool = True
     ranks: int = 2
+    max_repeats: int | None = None
+    tolerance: float = 0.03
 
 
 def _sample(spec, job: _ProfileJob):
@@ -93,25 +95,63 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
     singles = [(i,) for i in range(spec.num_layers)]
     extra = [tuple(u) for u in job.units if len(u) > 1]
     t = time.perf_counter()
+    noise: dict = {}
     times = time_units(layers, singles + extra, x, tgt, spec.loss_fn, repeats=job.repeats,
-                       warmup=job.warmup, device=dev, between=between, ranks=job.ranks)
+                       warmup=job.warmup, device=dev, between=between, ranks=job.ranks,
+                       max_repeats=job.max_repeats, tolerance=job.tolerance, agree=_agree(job), report=noise)
     from .profile_memory import unit_temps
     temps = unit_temps(layers, singles, x, tgt, spec.loss_fn, dev)
     overhead = action_overhead(dev, dt)
     comm = None
     if job.world > 1:
-        c = measure_comm(rank, dev)
+        import torch.distributed as dist
+        c = measure_comm(rank, dev, staged=dev.type == "cuda" and dist.get_backend() != "nccl")
         comm = None if c is None else {"latency": c.latency, "bandwidth": c.bandwidth,
                                        "comm_cpu": c.comm_cpu, "samples": c.samples}
     params = [[p.numel() * p.element_size() for p in l.parameters()] for l in layers]
     grads = [sum(p.numel() * p.element_size() for p in l.parameters() if p.requires_grad) for l in layers]
-    return {"units": {u: vars(v) for u, v in times.items()}, "temps": {u[0]: t for u, t in temps.items()},
-            "overhead": overhead, "comm": comm,
-            "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
-            "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
-            "grads": grads,
-            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
-            "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__}
+    out = {"units": {u: vars(v) for u, v in times.items()}, "temps": {u[0]: t for u, t in temps.items()},
+           "overhead": overhead, "comm": comm,
+           "params": [sum(p) for p in params], "names": [_layer_name(spec, l, i) for i, l in enumerate(layers)],
+           "data": [x.numel() * x.element_size(), tgt.numel() * tgt.element_size()],
+           "grads": grads,
+           "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t,
+           "model": spec.name, "device": str(dev), "dtype": str(dt), "torch": torch.__version__,
+           "noise": noise}
+    del layers, x, tgt, times
+    out["runtime_mem"] = _runtime_memory(dev)
+    return out
+
+
+def _agree(job: _ProfileJob):
+    """With several workers: ``done`` only when every worker is done (they time in lockstep)."""
+    if job.world <= 1:
+        return None
+
+    def agree(done: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+        flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+    return agree
+
+
+def _runtime_memory(dev) -> float:
+    """Bytes still allocated on the device once every tensor the profiler made is gone: what the
+    libraries keep for themselves (cuBLAS and cuBLASLt workspaces: 65 MiB a process on an H200
+    with torch 2.11), part of every rank's peak (CUDA's ``max_memory_allocated``). 0 on CPU,
+    where a run's figure counts the plan's own allocations only (``procmem``)."""
+    if dev.type != "cuda":
+        return 0.0
+    import gc
+
+    import torch
+    gc.collect()
+    torch.cuda.synchronize(dev)
+    return float(torch.cuda.memory_allocated(dev))
 
 
 def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
@@ -119,10 +159,14 @@ def _profile_worker(rank: int, job: _ProfileJob, queue) -> None:
     threads, loopback; the group if several), measure, report to the queue."""
     try:
         import torch.distributed as dist
+        import torch
 
         from ..run.startup import ProcessStart, start_process
+        # as the launcher: NCCL with a GPU per process; processes sharing GPUs talk over gloo
+        # through host memory (NCCL refuses two ranks on one device)
+        nccl = job.device == "cuda" and torch.cuda.device_count() >= job.world
         start_process(ProcessStart(rank=rank, world=job.world, device=job.device,
-                                   backend="nccl" if job.device == "cuda" else "gloo", local_world=job.world,
+                                   backend="nccl" if nccl else "gloo", local_world=job.world,
                                    threads=job.threads, pin_cpus=job.pin_cpus, timeout=300.0,
                                    master_port=job.port, group=job.world > 1))
         between = (lambda rep: dist.barrier()) if job.world > 1 else None
@@ -194,7 +238,10 @@ def _combine(results: list[dict]) -> dict:
     if comms:
         comm = {"latency": comms[0]["latency"], "bandwidth": comms[0]["bandwidth"],
                 "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
-    return {**base, "units": units, "overhead": ov, "comm": comm}
+    return {**base, "units": units, "overhead": ov, "comm": comm,
+            "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results),
+            "noise": {"repeats": base["noise"].get("repeats"),
+                      "drift": max(r["noise"].get("drift", 0.0) for r in results)}}
 
 
 def _spread(samples: dict) -> float:
@@ -220,7 +267,9 @@ def profile(model: Any = None, sample_input=None, *, targets=None, path: str | P
     (``out``), the gradients (``grad``) and the static memory (``mem``); per run: the handlers'
     fixed cost (``overhead``), latency, ``bandwidth`` and ``comm_cpu`` between two workers, and,
     with the executor probe, the executor's own time between actions and its message waits in a
-    short pipelined run. Each figure is the median over ``repeats``, averaged over the workers.
+    short pipelined run. Each figure is the median over ``repeats`` (more, up to ``max_repeats``,
+    while the machine's speed moves by more than ``tolerance``; ``meta["noise"]``), averaged over
+    the workers.
 
     Settings are ``config`` (a ``ProfileConfig``) and/or its fields as keywords. It measures and
     nothing else: fitting a problem to measured runs is ``flexpipe_ui.calibrate``, searching
@@ -235,7 +284,9 @@ def profile(model: Any = None, sample_input=None, *, targets=None, path: str | P
     dtype = cfg.dtype if isinstance(cfg.dtype, str) else str(cfg.dtype).removeprefix("torch.")
     job = _ProfileJob(model, cfg.loss_fn, sample_input, targets, cfg.microbatches, device, dtype,
                       int(cfg.repeats), int(cfg.warmup), cfg.seed, threads, [tuple(s) for s in cfg.stages],
-                      max(1, nproc), spawned=nproc > 0, ranks=max(1, int(ranks)))
+                      max(1, nproc), spawned=nproc > 0, ranks=max(1, int(ranks)),
+                      max_repeats=int(cfg.max_repeats) if cfg.max_repeats is not None else 2 * int(cfg.repeats),
+                      tolerance=float(cfg.tolerance))
     if nproc <= 0:
         results = [_measure_here(job, threads)]
     else:
@@ -326,6 +377,7 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
             "units": "ms, MiB", "repeats": job.repeats, "warmup": job.warmup, "torch": res["torch"],
             "threads": res["threads"], "processes": job.world if job.spawned else 0,
             "spread": max(u["spread"] for u in res["units"].values()),
+            "noise": dict(res.get("noise") or {}),
             "overhead_measured": dict(ov)}
     if stages:
         meta["stages"] = stages
@@ -342,6 +394,8 @@ def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_lim
         d["memory_limit"] = memory_limit
     from ..run.transport import RECEIVE_WINDOW
     d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
+    if res.get("runtime_mem"):
+        d["runtime_mem"] = res["runtime_mem"] / _MIB
     if res["units"][(0,)]["deferred"]:
         d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None

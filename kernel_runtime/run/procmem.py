@@ -26,7 +26,7 @@ import ctypes
 import ctypes.util
 import gc
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 __all__ = ["rss_bytes", "peak_rss_bytes", "reset_peak_rss", "release_free_heap", "RankMemory"]
 
@@ -75,6 +75,27 @@ def release_free_heap() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+@contextmanager
+def _quiet_stderr():
+    """The process's stderr (file descriptor 2) sent to /dev/null: the profiler's C++ parts print
+    a line at every start and stop ("USDT: ... profiler_start") that no setting turns off."""
+    import os
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def _walk(nodes):
@@ -161,9 +182,15 @@ class RankMemory:
         self.base_rss = rss_bytes()
         if self.device.type != "cuda":
             try:
+                import torch
                 from torch.profiler import ProfilerActivity, profile
                 self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-                self.prof.__enter__()
+                old = torch.empty(1)
+                with _quiet_stderr():
+                    self.prof.__enter__()
+                    # the allocator warns once per process when a block from before the session
+                    # is freed in it (every plan frees the previous step's): let it warn here
+                    del old
             except Exception:            # a profiler already running (user code): no CPU figure
                 self.prof = None
 
@@ -190,7 +217,8 @@ class RankMemory:
         if self.prof is None or i != 0:
             return
         prof, self.prof = self.prof, None
-        prof.__exit__(None, None, None)
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
         got = _cpu_peak(prof)
         if got is None:
             return
