@@ -15,7 +15,7 @@ between actions and its message waits. Each figure is the median over repetition
 warm-up, layers in rotated order), averaged over the workers. Units: ms and MiB.
 
 The probe's measurements become the problem's layer fields by name (``profile_time.UnitTimes``;
-see ``_layer``). Fitting a problem to measured runs is ``flexpipe_ui.calibrate``, not here.
+see ``assemble``). Fitting a problem to measured runs is ``flexpipe_ui.calibrate``, not here.
 """
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ import os
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flexpipe_ui.problem import Layer, Problem, save_problem
+from flexpipe_ui.problem import Problem, save_problem
 
+from .assemble import _assemble, _combine
 from .config import ProfileConfig, profile_config
 
 __all__ = ["profile", "ProfileConfig", "ProfileError", "PROBE_PLAN"]
@@ -217,43 +218,6 @@ def _run_workers(job: _ProfileJob, timeout: float) -> list[dict]:
     return [got[r] for r in range(job.world)]
 
 
-def _measurements() -> dict[str, dict]:
-    """The probe's measurements: ``profile_time.UnitTimes`` field → its metadata (unit, less)."""
-    from .profile_time import UnitTimes
-    return {f.name: dict(f.metadata) for f in fields(UnitTimes) if f.metadata.get("unit")}
-
-
-def _combine(results: list[dict]) -> dict:
-    """Mean over workers of each unit's medians; memory and names from worker 0."""
-    base = results[0]
-    units = {}
-    for u, v in base["units"].items():
-        units[u] = dict(v)
-        for k in (k for k, m in _measurements().items() if m["unit"] == "ms"):
-            units[u][k] = statistics.fmean(r["units"][u].get(k, 0.0) for r in results)
-        units[u]["spread"] = max(_spread(r["units"][u]["samples"]) for r in results)
-    ov = {k: statistics.fmean(r["overhead"][k] for r in results) for k in base["overhead"]}
-    comms = [r["comm"] for r in results if r.get("comm")]
-    comm = None
-    if comms:
-        comm = {"latency": comms[0]["latency"], "bandwidth": comms[0]["bandwidth"],
-                "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
-    return {**base, "units": units, "overhead": ov, "comm": comm,
-            "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results),
-            "noise": {"repeats": base["noise"].get("repeats"),
-                      "drift": max(r["noise"].get("drift", 0.0) for r in results)}}
-
-
-def _spread(samples: dict) -> float:
-    """Largest relative interquartile range of a unit's samples (the noise the median sits in)."""
-    out = 0.0
-    for vals in samples.values():
-        if len(vals) >= 4 and statistics.median(vals) > 0:
-            q = statistics.quantiles(vals, n=4)
-            out = max(out, (q[2] - q[0]) / statistics.median(vals))
-    return out
-
-
 def profile(model: Any = None, sample_input=None, *, targets=None, path: str | Path | None = None,
             config: ProfileConfig | None = None, **fields) -> Problem:
     """Measure ``model`` (what ``launch`` takes) into a ``flexpipe-problem/1`` (ms and MiB).
@@ -361,74 +325,6 @@ def _executor_probe(prob: Problem, model, loss_fn, *, device: str, dtype: str, t
     meta["executor_probe"] = {"plan": PROBE_PLAN, "steps": len(tls), "loop_gap": float(loop),
                               "comm_wait": float(wait), "comm_pingpong": float(prob.comm)}
     return prob.with_(overhead=ov, meta=meta, comm=prob.comm if keep_comm else float(wait))
-
-
-def _assemble(res: dict, job: _ProfileJob, *, ranks, optimizer, comm, memory_limit, path,
-              dp: int = 1, dp_bandwidth: float | None = None) -> Problem:
-    ov = res["overhead"]
-    state_factor = {"sgd": 2, "adamw": 4}.get(optimizer, 2)    # weight + grad (+ 2 Adam moments)
-    layers = [_layer(res["units"][(i,)], ov, name=name, mem=res["params"][i] * state_factor / _MIB,
-                     grad=res["grads"][i] / _MIB, temp={k: v / _MIB for k, v in res["temps"][i].items()})
-              for i, name in enumerate(res["names"])]
-    c = res["comm"]
-    stages = [{"layers": list(u), **{k: res["units"][u][k] for k in ("f", "b", "w", "bw")}}
-              for u in res["units"] if len(u) > 1]
-    meta = {"profiled": True, "model": res["model"], "device": res["device"], "dtype": res["dtype"],
-            "units": "ms, MiB", "repeats": job.repeats, "warmup": job.warmup, "torch": res["torch"],
-            "threads": res["threads"], "processes": job.world if job.spawned else 0,
-            "spread": max(u["spread"] for u in res["units"].values()),
-            "noise": dict(res.get("noise") or {}),
-            "overhead_measured": dict(ov)}
-    if stages:
-        meta["stages"] = stages
-    if c is not None:
-        meta["comm_samples"] = [list(p) for p in c["samples"]]
-    # the step's batch stays on the first stage's rank (inputs) and the last's (targets) all step
-    # (``worker``: a rank keeps only what its stages read)
-    per_mb_in, per_mb_tgt = res.get("data", (0, 0))
-    layers[0]["mem"] += per_mb_in * job.microbatches / max(1, dp) / _MIB
-    layers[-1]["mem"] += per_mb_tgt * job.microbatches / max(1, dp) / _MIB
-    d = {"ranks": ranks, "microbatches": job.microbatches, "layers": layers,
-         "comm": float(comm if comm is not None else (c["latency"] if c else 0.0)), "meta": meta}
-    if memory_limit is not None:
-        d["memory_limit"] = memory_limit
-    from ..run.transport import RECEIVE_WINDOW
-    d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
-    if res.get("runtime_mem"):
-        d["runtime_mem"] = res["runtime_mem"] / _MIB
-    if res["units"][(0,)]["deferred"]:
-        d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
-    bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None
-    if dp > 1:
-        # the replicas' all-reduce bandwidth: given, else the point-to-point one measured here
-        if dp_bandwidth is None and bw is None:
-            raise ValueError("profile(dp > 1) needs dp_bandwidth (MiB/ms) when no bandwidth was measured")
-        d["dp"], d["dp_bandwidth"] = dp, float(dp_bandwidth if dp_bandwidth is not None else bw)
-    d.update({k: v for k, v in (("bandwidth", bw), ("overhead", dict(ov)),
-                                ("comm_cpu", c["comm_cpu"] if c else None)) if v is not None})
-    prob = Problem.from_dict(d)
-    if path is not None:
-        save_problem(prob, path)
-    return prob
-
-
-def _layer(u: dict, ov: dict, **static) -> dict:
-    """One profiled layer (a ``flexpipe-problem/1`` layer): each probe measurement named like a
-    ``Layer`` field in its unit -- times less the fixed overhead of the kind their metadata names
-    (the problem's ``overhead``), bytes as MiB -- plus ``static`` (name, mem, grad). A first layer
-    fed by data has no input-gradient cost (its I deferred its work to W)."""
-    vals = dict(static)
-    names = {f.name for f in fields(Layer)}
-    for k, meta in _measurements().items():
-        if k not in names:
-            continue
-        if meta["unit"] == "bytes":
-            vals[k] = u[k] / _MIB
-        else:
-            vals[k] = max(u[k] - ov[meta["less"]], 1e-4) if meta.get("less") else u[k]
-    if u["deferred"]:
-        vals["b"] = 0.0
-    return vals
 
 
 def _layer_name(spec, layer, i: int) -> str:
