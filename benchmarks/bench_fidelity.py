@@ -60,9 +60,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--microbatches", type=int, default=8)
     args = ap.parse_args(argv)
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.run.launcher import launch
     from kernel_runtime.models import timed_model
-    from kernel_runtime.profiler import calibrate, profile
+    from flexpipe_ui.calibrate import calibrate
+    from kernel_runtime.measure.profiler import profile
 
     n_layers = 2 * args.ranks
     problem = Problem(ranks=args.ranks, microbatches=args.microbatches, comm=0.0,

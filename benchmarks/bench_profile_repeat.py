@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from bench_truth import models
     from flexpipe_ui.library import build_named
-    from kernel_runtime.profiler import profile
+    from kernel_runtime.measure.profiler import profile
 
     noise, res = machine_noise(args.noise_seconds)
     for i, meds in enumerate(res):

@@ -2,7 +2,7 @@
 
 For 1F1B, ZB-H1 and ZB-V (the library's schedules) on the demo GPT (float32), the plan is
 exported to torch's CSV and run by its ``_PipelineScheduleRuntime`` in the same processes as ours,
-steps alternating between the two (``kernel_runtime.peer.compare``); step 0 checks that both give
+steps alternating between the two (``kernel_runtime.run.peer.compare``); step 0 checks that both give
 the same loss and gradients, the next ``--reps`` steps are timed (slowest rank, median).
 
     .venv/bin/python benchmarks/bench_runtime.py [--reps 10] [--dim 128]
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from flexpipe_ui.problem import even_partition
 
     from kernel_runtime.models import demo_gpt
-    from kernel_runtime.peer import compare
+    from kernel_runtime.run.peer import compare
 
     spec = demo_gpt(vocab=256, seq=args.seq, dim=args.dim, heads=4, n_blocks=args.blocks,
                     batch_size=4 * args.microbatches)

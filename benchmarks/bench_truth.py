@@ -13,7 +13,7 @@ ZB-H1, interleaved 1F1B, ZB-V and ``auto``'s plan, every one predicted by ``simu
 profile alone (no plan's prediction sees a run of any plan), then all five run interleaved pass
 by pass in one launch (an unrecorded warm pass first; per plan the median step over the passes).
 Memory: each worker's peak as the process measured it (resident set on CPU, CUDA's
-``max_memory_allocated`` on GPUs: ``kernel_runtime.procmem``) beside the predicted peak. The median
+``max_memory_allocated`` on GPUs: ``kernel_runtime.run.procmem``) beside the predicted peak. The median
 round counts; the worst round is reported too.
 
     python benchmarks/bench_truth.py [--seed N] [--rounds 3] [--steps 4] [--passes 5] [--families a,b]
@@ -56,8 +56,8 @@ def plans_for(problem, time_limit: float, log) -> dict:
 def one_round(fam, *, steps, passes, devices, time_limit, log) -> dict:
     """Profile, predict every plan from the profile, measure them interleaved; per plan the figures."""
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.profiler import profile
-    from kernel_runtime.tuning import measure_plans
+    from kernel_runtime.measure.profiler import profile
+    from kernel_runtime.measure.tuning import measure_plans
 
     t = time.perf_counter()
     prob = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches,

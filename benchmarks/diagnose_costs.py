@@ -9,7 +9,7 @@ library plans and auto's, run them interleaved (one launch), and print
 - per plan, stage and kind: the median measured duration vs the model's (``simulate`` on the
   profile: the same numbers the prediction used);
 - per kind over all plans: Σ measured / Σ model;
-- cross-rank waits beyond the message's transfer (``calibrate._gaps``) vs ``comm``, and the
+- cross-rank waits beyond the message's transfer (``flexpipe_ui.calibrate.gaps``) vs ``comm``, and the
   executor's own time between two actions that did not wait (the loop gap).
 
     python benchmarks/diagnose_costs.py [--families conv-transformer] [--seed 11] [--steps 6] [--small]
@@ -55,18 +55,17 @@ def main(argv=None) -> int:
     from truth_models import describe, families
 
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.calibrate import _gaps
-    from kernel_runtime.costfields import cost_fields
-    from kernel_runtime.launcher import launch
-    from kernel_runtime.profiler import profile
+    from flexpipe_ui.calibrate import gaps, kind_overhead
+    from kernel_runtime.measure.profiler import profile
+    from kernel_runtime.run.launcher import launch
     log = lambda s: print(s, file=sys.stderr, flush=True)
     fams = families(args.seed, small=args.small, only=tuple(args.families.split(",")) if args.families else None)
     for fam in fams:
         print(f"\n== {describe(fam)}")
         prob = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches)
-        cf = cost_fields(prob)
-        print(f"overhead per action {({k: round(v, 3) for k, v in cf['overhead'].items()})}; comm {prob.comm:.3f} ms; "
-              f"bandwidth {cf['bandwidth']} MiB/ms; comm_cpu {cf['comm_cpu']}; probe {prob.meta.get('executor_probe')}")
+        print(f"overhead per action {({k: round(v, 3) for k, v in kind_overhead(prob).items()})}; "
+              f"comm {prob.comm:.3f} ms; bandwidth {prob.bandwidth} MiB/ms; comm_cpu {prob.comm_cpu}; "
+              f"probe {prob.meta.get('executor_probe')}")
         plans = plans_for(prob, args.time_limit, log)
         names = list(plans)
         h = launch([plans[n] for n in names] * 2, model=fam.spec, steps=args.steps + 1, timeout=600)
@@ -90,10 +89,7 @@ def main(argv=None) -> int:
                 summary.setdefault(k, []).append((d, md))
                 rows.append(f"{s}{k} {d:.2f}/{md:.2f}={d / md if md > 0 else float('nan'):.2f}")
             print("   stage-kind measured/model: " + "  ".join(rows))
-            part = plan.partition
-            transfer = [(cf["layers"][l[-1]].get("out") or 0) / cf["bandwidth"] if cf["bandwidth"] else 0.0
-                        for l in part]
-            both = [_gaps(tl, plan, transfer) for tl in tls]
+            both = [gaps(tl, plan, prob) for tl in tls]
             waits = [g for w, _ in both for g in w]
             loops = [g for _, l in both for g in l]
             if waits or loops:

@@ -74,7 +74,7 @@ def med(tls) -> float:
 
 
 def run_switch(spec, prob, reps: int) -> None:
-    from kernel_runtime.tuning import measure_plans
+    from kernel_runtime.measure.tuning import measure_plans
     lib = library_plans(prob)
     names = list(lib)
     for rep in range(reps):
@@ -89,7 +89,7 @@ def run_switch(spec, prob, reps: int) -> None:
 
 def run_defer(spec, prob) -> None:
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.tuning import measure_plans
+    from kernel_runtime.measure.tuning import measure_plans
     lib = library_plans(prob)
     plans = {"1f1b": lib["1f1b"], "1f1b+split": reorder(lib["1f1b"], split_all=True),
              "zb-h1": lib["zb-h1"], "zb-h1 W-now": reorder(lib["zb-h1"], w_now=True),
@@ -103,7 +103,7 @@ def run_defer(spec, prob) -> None:
 
 def run_split(spec, prob) -> None:
     from flexpipe_ui.library import build_named
-    from kernel_runtime.tuning import measure_plans
+    from kernel_runtime.measure.tuning import measure_plans
     plans = {"1f1b-alt": reorder(build_named("1f1b", prob), split_odd=True),
              "gpipe-alt": reorder(build_named("gpipe", prob), split_odd=True)}
     tls = measure_plans(list(plans.values()), model=spec, steps=4, warmup=1, repeat=4, devices="cpu", timeout=300)
@@ -121,7 +121,7 @@ def run_split(spec, prob) -> None:
 def run_partitions(spec, prob) -> None:
     from flexpipe_ui.library import build_named
     from flexpipe_ui.sim import simulate
-    from kernel_runtime.tuning import measure_plans
+    from kernel_runtime.measure.tuning import measure_plans
     plans = {}
     for name in ("1f1b", "zb-h1", "zb-h2", "zb-v", "interleaved-1f1b"):
         plans[name] = build_named(name, prob)
@@ -136,9 +136,9 @@ def run_partitions(spec, prob) -> None:
 def run_probe(spec, stage: tuple[int, ...], reps: int) -> None:
     import torch
 
-    from kernel_runtime.executor import MBState
+    from kernel_runtime.run.executor import MBState
     from kernel_runtime.models import as_spec
-    from kernel_runtime.profile_time import HANDLERS, STEADY, _one_rep, _Probe, unit_inputs
+    from kernel_runtime.measure.profile_time import HANDLERS, STEADY, _one_rep, _Probe, unit_inputs
     torch.set_num_threads(1)
     spec = as_spec(spec, None)
     x, tgt = spec.batch(0, max(1, spec.batch_size // 8), torch.Generator().manual_seed(0))
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
                     "1F1B partition's last stage)")
     ap.add_argument("--small", action="store_true", help="tiny models (smoke test)")
     args = ap.parse_args(argv)
-    from kernel_runtime.profiler import profile
+    from kernel_runtime.measure.profiler import profile
     spec = models(args.small)[args.model]
     what = args.what.split(",")
     prob = None

@@ -2,7 +2,7 @@
 
 - ``gpt-heavy-head``: ``kernel_runtime.demo_gpt`` (fixed shape: the model the cost model's terms
   were first found on);
-- ``mlp-uneven``: ``kernel_runtime.mlp.mlp_chain`` (fixed shape, the second such model);
+- ``mlp-uneven``: ``kernel_runtime.models.mlp.mlp_chain`` (fixed shape, the second such model);
 - ``llama-hf``: a Hugging Face Llama from a config (``kernel_runtime.from_transformers``);
 - ``conv-transformer``: a plain ``nn.Module`` (a conv stem feeding transformer encoder layers and a
   classifier) cut with ``kernel_runtime.split_module``;
@@ -222,7 +222,7 @@ def _microbatches(rng: random.Random, ranks: int) -> int:
 def families(seed: int, small: bool = False, only: tuple[str, ...] | None = None) -> list[Family]:
     """The benchmark's families; the drawn ones from ``random.Random(seed)`` (one stream per family,
     so dropping a family does not change the others' draw). ``small``: tiny shapes (tests)."""
-    from kernel_runtime.mlp import mlp_chain
+    from kernel_runtime.models.mlp import mlp_chain
     from kernel_runtime.models import demo_gpt
     out = []
     for name in FAMILIES:

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "flexpipe_ui.cli_core",
     "flexpipe_ui.library.cli",
     "flexpipe_ui.search.cli",
+    "flexpipe_ui.cli_calibrate",
     "kernel_runtime.cli",
 )
 

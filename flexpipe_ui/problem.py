@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -18,7 +18,7 @@ from .jsonio import read_json, write_json
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
 __all__ = ["Layer", "Problem", "ProblemError", "StageCosts", "load_problem", "save_problem",
-           "uniform_costs", "even_partition", "PROBLEM_FORMAT"]
+           "uniform_costs", "even_partition", "PROBLEM_FORMAT", "LAYER_TERMS", "PROBLEM_TERMS"]
 
 PROBLEM_FORMAT = "flexpipe-problem/1"
 
@@ -62,7 +62,7 @@ class Layer:
     """Kind name → MiB an action through the layer rises above what it holds while it runs
     (temporaries, gradients of intermediates, a weight gradient before it is accumulated, the
     loss's softmax); a stage's is the largest over its layers. None: 0. Measured by the
-    profiler's allocator (``kernel_runtime.profile_memory``): +6 to +30% of an LM head's rank."""
+    profiler's allocator (``kernel_runtime.measure.profile_memory``): +6 to +30% of an LM head's rank."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +137,7 @@ class Problem:
     def has_cost_terms(self) -> bool:
         """True when any optional cost-model field (bandwidth, overhead, ..., layer out/bw/...) is set."""
         return (any(getattr(self, k) is not None for k in _PROBLEM_TERMS)
-                or any(getattr(l, k) is not None for l in self.layers for k in _LAYER_TERMS + ("temp",)))
+                or any(getattr(l, k) is not None for l in self.layers for k in LAYER_TERMS))
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
@@ -156,11 +156,9 @@ class Problem:
             ld = {"f": l.f, "b": l.b, "w": l.w, "act": l.act, "mem": l.mem}
             if l.name:
                 ld["name"] = l.name
-            for k in _LAYER_TERMS:
+            for k in LAYER_TERMS:
                 if getattr(l, k) is not None:
-                    ld[k] = getattr(l, k)
-            if l.temp is not None:
-                ld["temp"] = dict(l.temp)
+                    ld[k] = dict(getattr(l, k)) if k in _LAYER_KIND_MAPS else getattr(l, k)
             d["layers"].append(ld)
         if self.meta:
             d["meta"] = dict(self.meta)
@@ -229,11 +227,10 @@ def _problem_from_dict(d: Any, source: str) -> Problem:
         name = ld.get("name", "")
         if not isinstance(name, str) or len(name) > 200:
             raise ProblemError(f"{where}, key 'name': expected a string of at most 200 characters")
-        for k in _LAYER_TERMS:
+        for k in LAYER_TERMS:
             if ld.get(k) is not None:
-                vals[k] = _num(ld[k], f"{where}, key {k!r}")
-        if ld.get("temp") is not None:
-            vals["temp"] = _kind_map(ld["temp"], f"{where}, key 'temp'")
+                vals[k] = (_kind_map(ld[k], f"{where}, key {k!r}") if k in _LAYER_KIND_MAPS
+                           else _num(ld[k], f"{where}, key {k!r}"))
         layers.append(Layer(name=name, **vals))
     meta = d.get("meta", {})
     if not isinstance(meta, dict):
@@ -279,12 +276,28 @@ def _problem_terms(d: dict, source: str) -> dict:
         if not isinstance(d["data_input"], bool):
             raise ProblemError(f"{source}: 'data_input' must be true or false, got {d['data_input']!r}")
         out["data_input"] = d["data_input"]
+    for k in _PROBLEM_TERMS:          # a term without a rule above: a number >= 0
+        if k not in out and d.get(k) is not None:
+            out[k] = _num(d[k], f"{source}: {k!r}")
     return out
 
 
-_PROBLEM_TERMS = ("bandwidth", "overhead", "comm_cpu", "dp", "dp_bandwidth", "data_input", "recv_ahead",
-                  "runtime_mem")
-_LAYER_TERMS = ("out", "bw", "act_w", "grad", "switch")
+def _optional_fields(cls: type, contract: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The fields of ``cls`` that default to None, less ``contract`` (DESIGN.md's own optional keys)."""
+    return tuple(f.name for f in fields(cls) if f.default is None and f.name not in contract)
+
+
+LAYER_TERMS = _optional_fields(Layer)
+"""The optional cost-model fields of a layer (``out``, ``bw``, ...): every ``Layer`` field that
+defaults to None. Derived, so a field added to ``Layer`` is read, written, checked, calibrated and
+profiled without another list to extend (tests/test_cost_terms.py)."""
+PROBLEM_TERMS = _optional_fields(Problem, contract=("memory_limit",))
+"""The optional cost-model fields of a problem (``bandwidth``, ``overhead``, ...): every
+``Problem`` field that defaults to None, except contract 2's ``memory_limit``."""
+_LAYER_KIND_MAPS = tuple(f.name for f in fields(Layer) if f.name in LAYER_TERMS and "Mapping" in str(f.type))
+"""Layer terms that are kind name → number mappings (``temp``); the others are numbers >= 0."""
+_LAYER_NUMBERS = tuple(k for k in LAYER_TERMS if k not in _LAYER_KIND_MAPS)
+_PROBLEM_TERMS = PROBLEM_TERMS
 
 
 def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
@@ -365,16 +378,19 @@ def _nonneg(v: Any) -> bool:
 def _check_terms(p: Problem) -> None:
     """Field-level checks of the optional cost-model fields."""
     for i, l in enumerate(p.layers):
-        for k in _LAYER_TERMS:
+        for k in _LAYER_NUMBERS:
             v = getattr(l, k)
             if v is not None and not _nonneg(v):
                 raise ProblemError(f"layer {i}, key {k!r}: must be a finite number >= 0, got {v!r}")
-        if l.temp is not None:
-            if not isinstance(l.temp, Mapping):
-                raise ProblemError(f"layer {i}, key 'temp': must be a mapping kind -> MiB, got {l.temp!r}")
-            for k, v in l.temp.items():
+        for term in _LAYER_KIND_MAPS:
+            m = getattr(l, term)
+            if m is None:
+                continue
+            if not isinstance(m, Mapping):
+                raise ProblemError(f"layer {i}, key {term!r}: must be a mapping kind -> MiB, got {m!r}")
+            for k, v in m.items():
                 if not isinstance(k, str) or not k or not _nonneg(v):
-                    raise ProblemError(f"layer {i}, key 'temp', kind {k!r}: must be a finite number >= 0, "
+                    raise ProblemError(f"layer {i}, key {term!r}, kind {k!r}: must be a finite number >= 0, "
                                        f"got {v!r}")
     if p.runtime_mem is not None and not _nonneg(p.runtime_mem):
         raise ProblemError(f"'runtime_mem' must be a finite number >= 0 (MiB), got {p.runtime_mem!r}")

@@ -33,7 +33,7 @@ class Timeline:
     peak_memory_measured: tuple[float, ...] | None = None
     """Measured runs only: each rank's peak memory in the step as the process measured it (MiB;
     CUDA's max allocated on a GPU; on CPU the resident set's high-water mark less the resident set
-    before the rank built its layers: ``kernel_runtime.procmem``). The executor's own count of
+    before the rank built its layers: ``kernel_runtime.run.procmem``). The executor's own count of
     tracked bytes is ``meta["peak_memory_tracked"]``."""
 
     @classmethod

@@ -49,8 +49,8 @@ def _against_reference(label: str, spec, plans: dict, dev: str, steps: int = 2, 
     import numpy as np
     import torch
 
-    from .data import reference_run
-    from .launcher import launch
+    from .models.data import reference_run
+    from .run.launcher import launch
     t = time.time()
     names = list(plans)
     # the reference on the same device: a model's own float32 parts (Hugging Face's rotary
@@ -106,7 +106,7 @@ def _hf_check(dev: str) -> float:
     except ImportError:
         print("hf: transformers is not installed: skipped")
         return 0.0
-    from .hf import from_transformers
+    from .models.hf import from_transformers
     spec = from_transformers("llama", config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                                   num_attention_heads=4, num_key_value_heads=2,
                                                   vocab_size=64), seq=8, batch_size=8)
@@ -118,9 +118,9 @@ def _timed(dev: str, ranks: int, small: bool, steps: int) -> None:
 
     from flexpipe_ui.sim import simulate
 
-    from .launcher import launch
+    from .run.launcher import launch
     from .models import demo_gpt
-    from .profiler import profile
+    from .measure.profiler import profile
     t = time.time()
     big = (demo_gpt(vocab=64, seq=16, dim=32, heads=2, n_blocks=6, batch_size=8) if small else
            demo_gpt(vocab=4096, seq=256, dim=512, heads=8, n_blocks=6, batch_size=32))

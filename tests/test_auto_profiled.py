@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")  # the runtime's profiler needs torch (a pr
 @pytest.mark.timeout(120)
 def test_profiled_problem_through_the_cli(tmp_path, capsys):
     from kernel_runtime.models import demo_gpt
-    from kernel_runtime.profiler import profile
+    from kernel_runtime.measure.profiler import profile
 
     from flexpipe_ui.cli import main
     from flexpipe_ui.planfile import load_plan

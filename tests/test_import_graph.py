@@ -79,7 +79,7 @@ def _find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
 def test_the_graph_sees_function_level_imports():
     g = _graph()
     assert "flexpipe_ui.ir" in g["flexpipe_ui.edits"]
-    assert "flexpipe_ui.planfile" in g["kernel_runtime.worker"]  # imported inside a function
+    assert "flexpipe_ui.planfile" in g["kernel_runtime.run.worker"]  # imported inside a function
     assert _find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.config import LaunchConfig, config_with
+from kernel_runtime.run.config import LaunchConfig, config_with
 
 
 def test_keyword_only_slotted_and_documented():
@@ -36,7 +36,7 @@ def test_keywords_override_fields_and_unknown_ones_are_refused():
 
 def test_launch_takes_model_data_config_and_field_keywords():
     from kernel_runtime import LaunchConfig as exported
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.run.launcher import launch
     assert exported is LaunchConfig
     params = inspect.signature(launch).parameters
     assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == ["model", "data", "config"]

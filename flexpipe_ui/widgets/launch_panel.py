@@ -259,9 +259,9 @@ class LaunchPanel(PanelBase, traitlets.HasTraits):
         show_figure(self.pred_chart, self.pred_fig)
 
     def refit(self) -> Problem:
-        """Calibrate the cost model on this run's measured timelines (``kernel_runtime.calibrate``,
+        """Calibrate the cost model on this run's measured timelines (``flexpipe_ui.calibrate``,
         the first step left out as warm-up) and redraw the prediction with the fitted problem."""
-        from kernel_runtime.calibrate import calibrate
+        from ..calibrate import calibrate
 
         from ..gantt import gantt_figure
         from ..sim import simulate

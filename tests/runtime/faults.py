@@ -41,5 +41,5 @@ def failing_handlers(rank: int, action: str, how: str = "raise") -> dict[str, Ca
     """F, I, W and B handlers that fail at (``rank``, ``action``)."""
     if how not in HOW:
         raise ValueError(f"how must be one of {HOW}, got {how!r}")
-    from kernel_runtime.executor import DEFAULT_HANDLERS
+    from kernel_runtime.run.executor import DEFAULT_HANDLERS
     return {k: FailAt(rank, action, how, DEFAULT_HANDLERS[k]) for k in ("F", "I", "W", "B")}

@@ -1,4 +1,4 @@
-"""Workers pinned to their own share of the CPUs (``kernel_runtime.affinity``), the same rule in
+"""Workers pinned to their own share of the CPUs (``kernel_runtime.run.affinity``), the same rule in
 the profiler and the launcher."""
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kernel_runtime.affinity import cpu_share
+from kernel_runtime.run.affinity import cpu_share
 
 
 def test_cpu_share_splits_the_allowed_cpus_evenly():
@@ -21,7 +21,7 @@ def test_cpu_share_splits_the_allowed_cpus_evenly():
                     reason="needs Linux and 2 CPUs")
 @pytest.mark.parametrize("env,expect_pinned", [("1", True), ("0", False)])
 def test_pin_worker_in_a_process(env, expect_pinned):
-    code = ("import os; from kernel_runtime.affinity import pin_worker; "
+    code = ("import os; from kernel_runtime.run.affinity import pin_worker; "
             "print(pin_worker(1, 2), sorted(os.sched_getaffinity(0)))")
     allowed = sorted(os.sched_getaffinity(0))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -1,5 +1,5 @@
 """Workers keep freed memory: re-allocating a large block after freeing it faults no pages in again
-(``kernel_runtime.allocator``; docs/cost_model.md, "Page faults")."""
+(``kernel_runtime.run.allocator``; docs/cost_model.md, "Page faults")."""
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +14,7 @@ _PROBE = """
 import resource, sys
 sys.path.insert(0, {root!r})
 import torch
-from kernel_runtime.allocator import keep_freed_memory
+from kernel_runtime.run.allocator import keep_freed_memory
 if {keep}:
     assert keep_freed_memory()
 def cycle():
@@ -44,6 +44,6 @@ def test_freed_blocks_are_reused_without_faulting_pages_in_again():
 
 
 def test_it_can_be_turned_off(monkeypatch):
-    from kernel_runtime.allocator import keep_freed_memory
+    from kernel_runtime.run.allocator import keep_freed_memory
     monkeypatch.setenv("FLEXPIPE_KEEP_MEMORY", "0")
     assert keep_freed_memory() is False

@@ -1,5 +1,5 @@
-"""Memory as the process's allocator counts it (``kernel_runtime.procmem``), and the profiler's
-workspace probe (``kernel_runtime.profile_memory``): known allocations come out to the byte,
+"""Memory as the process's allocator counts it (``kernel_runtime.run.procmem``), and the profiler's
+workspace probe (``kernel_runtime.measure.profile_memory``): known allocations come out to the byte,
 drift between plans of one process does not leak into the next plan's figure, and a run's figure
 is not the executor's own count."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_runtime.procmem import RankMemory
+from kernel_runtime.run.procmem import RankMemory
 
 MIB = 2 ** 20
 
@@ -45,7 +45,7 @@ def test_cpu_peak_is_the_allocator_peak_of_the_step():
 def test_action_temps_see_the_fresh_weight_gradient():
     """A Linear's backward computes its weight gradient afresh before adding it to ``.grad``: the
     B workspace is at least one weight, and F's is what the forward frees before it ends."""
-    from kernel_runtime.profile_memory import unit_temps
+    from kernel_runtime.measure.profile_memory import unit_temps
 
     class Wide(nn.Module):
         def __init__(self):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_runtime.profile_time import drift
-from kernel_runtime.profiler import context_groups, stage_context
+from kernel_runtime.measure.assemble import context_groups, stage_context
+from kernel_runtime.measure.profile_time import drift
 
 OV = {"F": 0.1, "I": 0.1, "W": 0.1, "B": 0.1}
 

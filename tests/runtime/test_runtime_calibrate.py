@@ -13,8 +13,7 @@ from flexpipe_ui.library import build_named
 from flexpipe_ui.problem import Layer, Problem, load_problem, save_problem
 from flexpipe_ui.sim import simulate
 
-from kernel_runtime.calibrate import CalibrationError, _fit_overhead, calibrate, calibrate_runs
-from kernel_runtime.costfields import _with_cost_fields, cost_fields, problem_dict
+from flexpipe_ui.calibrate import CalibrationError, _fit_overhead, calibrate, calibrate_runs, kind_overhead
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +50,7 @@ def test_calibrate_recovers_known_scale_factors_from_several_plans():
     assert cal["plans"] == 3 and cal["kind_scale"]["F"] == pytest.approx(1.3)
     assert cal["kind_scale"]["I"] == pytest.approx(0.8) and cal["kind_scale"]["W"] == pytest.approx(1.5)
     # 1F1B's fused B: each of its stages' bw sums to that stage's measured B (= b + w of the truth)
-    bw = [e["bw"] for e in cost_fields(got)["layers"]]
+    bw = [l.bw for l in got.layers]
     for lay in plans[0].partition:
         assert sum(bw[i] for i in lay) == pytest.approx(sum(truth.layers[i].b + truth.layers[i].w for i in lay))
 
@@ -76,13 +75,12 @@ def test_the_profilers_probe_loop_gap_is_replaced_not_added_twice():
     """A profiled overhead holds the handlers' fixed part + the executor probe's loop gap
     (meta["executor_probe"]); calibrate puts the runs' own loop gap in its place."""
     base = _base()
-    truth = _with_cost_fields(problem_dict(base), overhead=0.125)
-    profiled = _with_cost_fields({**problem_dict(base), "meta": {"executor_probe": {"loop_gap": 0.25}}},
-                                 overhead=0.375)
+    truth = base.with_(overhead=0.125)
+    profiled = base.with_(meta={"executor_probe": {"loop_gap": 0.25}}, overhead=0.375)
     plans = [build_named(n, base) for n in ("1f1b", "zb-h1")]
     got = calibrate_runs([(p, [_measured(p, truth)]) for p in plans], profiled, fit_overhead=False)
     assert got.meta["calibration"]["loop_gap"] == 0.0          # simulated runs: no executor gaps
-    assert cost_fields(got)["overhead"] == {k: pytest.approx(0.125) for k in "FIWB"}
+    assert kind_overhead(got) == {k: pytest.approx(0.125) for k in "FIWB"}
     assert "executor_probe" not in got.meta
 
 
@@ -91,9 +89,8 @@ def test_calibrate_with_fused_backward_refits_bw_and_keeps_the_split():
     truth = _scaled(base, 1.0, 2.0, 2.0, comm=0.0)
     plan = build_named("1f1b", base)            # fused B: measured B = 2 (b + w)
     got = calibrate(_measured(plan, truth), plan, base)
-    cf = cost_fields(got)
-    for i, (lg, lb) in enumerate(zip(got.layers, base.layers)):
-        assert cf["layers"][i]["bw"] == pytest.approx(2 * (lb.b + lb.w))
+    for lg, lb in zip(got.layers, base.layers):
+        assert lg.bw == pytest.approx(2 * (lb.b + lb.w))
         assert lg.b / lg.w == pytest.approx(lb.b / lb.w)        # only fused runs: the b:w split is kept
 
 
@@ -127,21 +124,22 @@ def test_calibrate_refuses_timelines_of_another_plan():
 
 
 def test_cost_fields_round_trip_through_a_problem_file(tmp_path):
-    d = problem_dict(_base(3))
-    p = _with_cost_fields(d, bandwidth=2.5, overhead={"F": 0.1, "I": 0.2, "W": 0.05, "B": 0.2}, comm_cpu=0.3,
-                          layers=[{"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0, "switch": 0.25}, {"out": 0.5},
-                                  {"bw": None}])
+    base = _base(3)
+    p = base.with_(bandwidth=2.5, overhead={"F": 0.1, "I": 0.2, "W": 0.05, "B": 0.2}, comm_cpu=0.3,
+                   layers=(replace(base.layers[0], out=0.5, bw=1.0, act_w=0.5, grad=2.0, switch=0.25),
+                           replace(base.layers[1], out=0.5), base.layers[2]))
     path = tmp_path / "p.json"
     save_problem(p, path)
-    cf = cost_fields(load_problem(path))
-    assert cf["bandwidth"] == 2.5 and cf["comm_cpu"] == 0.3 and cf["overhead"]["I"] == 0.2
-    assert cf["layers"][0] == {"out": 0.5, "bw": 1.0, "act_w": 0.5, "grad": 2.0, "switch": 0.25}
-    assert cf["layers"][1]["out"] == 0.5 and cf["layers"][2]["bw"] is None and cf["layers"][1]["switch"] is None
-    assert cost_fields(_base(2))["overhead"] == {} and cost_fields(_base(2))["bandwidth"] is None
+    got = load_problem(path)
+    assert got.bandwidth == 2.5 and got.comm_cpu == 0.3 and kind_overhead(got)["I"] == 0.2
+    l0 = got.layers[0]
+    assert (l0.out, l0.bw, l0.act_w, l0.grad, l0.switch) == (0.5, 1.0, 0.5, 2.0, 0.25)
+    assert got.layers[1].out == 0.5 and got.layers[2].bw is None and got.layers[1].switch is None
+    assert kind_overhead(_base(2)) == {} and _base(2).bandwidth is None
 
 
 def test_calibrate_imports_without_torch():
-    code = ("import sys, kernel_runtime.calibrate, kernel_runtime.costfields; "
+    code = ("import sys, flexpipe_ui.calibrate; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -157,7 +155,7 @@ def test_the_executors_time_between_actions_becomes_overhead():
     measured = replace(tl, source="measured", end=tl.end - g)
     got = calibrate(measured, plan, base)
     assert got.meta["calibration"]["loop_gap"] == pytest.approx(g)
-    assert cost_fields(got)["overhead"] == pytest.approx({k: g for k in "FIWB"})
+    assert kind_overhead(got) == pytest.approx({k: g for k in "FIWB"})
     for lay in plan.partition:
         for k in "fbw":
             assert sum(getattr(got.layers[i], k) for i in lay) == pytest.approx(
@@ -166,7 +164,7 @@ def test_the_executors_time_between_actions_becomes_overhead():
 
 def test_latency_and_bandwidth_fit():
     pytest.importorskip("torch")
-    from kernel_runtime.profile_comm import fit_latency_bandwidth
+    from kernel_runtime.measure.profile_comm import fit_latency_bandwidth
     pts = [(mib, 0.08 + mib / 2.5) for mib in (0.0, 0.0625, 1.0, 4.0)]
     lat, bw = fit_latency_bandwidth(pts)
     assert lat == pytest.approx(0.08) and bw == pytest.approx(2.5)

@@ -72,8 +72,8 @@ def test_recompute_and_offload_match_reference():
     from flexpipe_ui.problem import even_partition
     from flexpipe_ui.validate import validate
 
-    from kernel_runtime.data import reference_run
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.models.data import reference_run
+    from kernel_runtime.run.launcher import launch
     from kernel_runtime.models import demo_gpt
     register_recompute()
     register_offload()
@@ -98,7 +98,7 @@ def test_profile_writes_problem(tmp_path):
     from flexpipe_ui.problem import Layer, Problem, load_problem
 
     from kernel_runtime.models import demo_gpt, timed_model
-    from kernel_runtime.profiler import profile
+    from kernel_runtime.measure.profiler import profile
     spec = demo_gpt(vocab=32, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
     path = tmp_path / "p.json"
     prob = profile(spec, ranks=2, microbatches=4, repeats=2, path=path)
@@ -121,7 +121,7 @@ def test_calibrate_recovers_costs():
     from flexpipe_ui.sim import simulate
     from flexpipe_ui.timeline import Timeline
 
-    from kernel_runtime.profiler import calibrate
+    from flexpipe_ui.calibrate import calibrate
     sys.path.insert(0, str(Path(__file__).parent))
     from plans import zb_h1
     truth = Problem(ranks=4, microbatches=8, comm=0.5,
@@ -146,7 +146,7 @@ def test_sequential_model_with_given_data():
     from flexpipe_ui.library import build_named
 
     from kernel_runtime import launch
-    from kernel_runtime.data import reference_run
+    from kernel_runtime.models.data import reference_run
     from kernel_runtime.models import as_spec
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)])

@@ -27,7 +27,7 @@ def _spec():
 
 @pytest.fixture(scope="module")
 def reference():
-    from kernel_runtime.data import reference_run
+    from kernel_runtime.models.data import reference_run
     return reference_run(_spec(), steps=STEPS, seed=3, lr=0.05, dtype=torch.float64)
 
 
@@ -78,6 +78,6 @@ def test_plans_match_reference(ranks, microbatches, reference):
 
 def test_reference_loss_decreases(reference):
     # the synthetic data is learnable; a sanity check that the reference trains at all
-    from kernel_runtime.data import reference_run
+    from kernel_runtime.models.data import reference_run
     r = reference_run(_spec(), steps=6, seed=3, lr=0.5, dtype=torch.float64)
     assert r.losses[-1] < r.losses[0]

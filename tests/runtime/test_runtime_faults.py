@@ -41,7 +41,7 @@ def _alive(pids):
 
 
 def _run_fault(handlers, timeout=60.0, steps=3):
-    from kernel_runtime.launcher import WorkerError, launch
+    from kernel_runtime.run.launcher import WorkerError, launch
     h = launch(_plan(), model=_spec(), steps=steps, handlers=handlers, timeout=timeout)
     pids = h.pids
     t0 = time.monotonic()
@@ -81,7 +81,7 @@ def test_hang_becomes_timeout_naming_rank_action_peer(fail_at):
 
 @pytest.mark.timeout(120)
 def test_stop_leaves_no_process():
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.run.launcher import launch
     sched = one_f_one_b(2, 4)
     h = launch(Plan(sched), timed=5.0, steps=200)
     ev = h.poll(timeout=30)
@@ -94,7 +94,7 @@ def test_stop_leaves_no_process():
 
 
 def test_invalid_plan_refused_before_start():
-    from kernel_runtime.launcher import PlanRefused, launch
+    from kernel_runtime.run.launcher import PlanRefused, launch
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     bad = Schedule.from_text("r0: 0F0 0B0\nr1: 1B0 1F0", 1, (0, 1))   # 1B0 before its own F
     with pytest.raises(PlanRefused, match="fails validation"):

@@ -28,7 +28,7 @@ def launch_with_fault(plan, fault, **kw):
     """The one place this file injects a fault (``faults.failing_handlers``, as the ``fail_at`` fixture)."""
     from faults import failing_handlers
 
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.run.launcher import launch
     return launch(plan, handlers=failing_handlers(fault["rank"], fault["action"], fault["kind"]), **kw)
 
 
@@ -46,7 +46,7 @@ def _alive(pids):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("ranks,rank,action", [(2, 1, "1F0"), (1, 0, "0F1")])
 def test_compute_hang_names_the_hung_rank_and_action(ranks, rank, action):
-    from kernel_runtime.launcher import WorkerError
+    from kernel_runtime.run.launcher import WorkerError
     plan = Plan(one_f_one_b(ranks, 4), even_partition(4, ranks), {"name": "1f1b"})
     h = launch_with_fault(plan, {"rank": rank, "action": action, "kind": "hang"}, model=_spec(),
                           steps=2, timeout=2.0)
@@ -62,7 +62,7 @@ def test_compute_hang_names_the_hung_rank_and_action(ranks, rank, action):
 
 @pytest.mark.timeout(120)
 def test_workers_listen_on_loopback_only():
-    from kernel_runtime.launcher import launch
+    from kernel_runtime.run.launcher import launch
     h = launch(Plan(one_f_one_b(2, 4)), timed=20.0, steps=50)
     try:
         assert h.poll(timeout=60) is not None       # the group is up and training

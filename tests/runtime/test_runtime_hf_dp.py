@@ -45,7 +45,7 @@ def _check(h, ref, names, plans):
 def test_hf_model_matches_reference(kind, ranks):
     pytest.importorskip("transformers", reason="the hf extra (transformers) is not installed")
     from kernel_runtime import from_transformers, launch
-    from kernel_runtime.data import reference_run
+    from kernel_runtime.models.data import reference_run
     blocks = 2 if ranks == 2 else 6                   # V / interleaved schedules: 2 stages per rank
     key = "num_hidden_layers" if kind == "llama" else "n_layer"
     spec = from_transformers(kind, config={**CONFIGS[kind], key: blocks}, seq=8, batch_size=2 * ranks)
@@ -65,7 +65,7 @@ def test_pipeline_x_data_parallel_matches_whole_batch_step():
     from flexpipe_ui.ir import Plan
     from flexpipe_ui.problem import even_partition
     from kernel_runtime import launch
-    from kernel_runtime.data import reference_run
+    from kernel_runtime.models.data import reference_run
     from kernel_runtime.models import demo_gpt
     spec = demo_gpt(vocab=64, seq=8, dim=16, heads=2, n_blocks=2, batch_size=16)
     every = library_plans(2, 4, spec.num_layers)

@@ -30,7 +30,7 @@ def test_timed_run_streams_measured_timelines():
     from flexpipe_ui.timeline import Timeline
 
     from kernel_runtime import launch
-    from kernel_runtime.profiler import calibrate
+    from flexpipe_ui.calibrate import calibrate
     prob = Problem(ranks=2, microbatches=4, layers=tuple(Layer(f=8, b=8, w=4, act=1) for _ in range(4)))
     sched = build_named("zb-h1", None, ranks=2, microbatches=4).schedule
     plan = Plan(sched, even_partition(4, sched.num_stages))

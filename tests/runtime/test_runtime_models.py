@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from toy_models import TOY_LAYERS, ToyNet, toy_batch, toy_loss  # noqa: E402
 
 from kernel_runtime import split_module  # noqa: E402
-from kernel_runtime.split import SplitError  # noqa: E402
+from kernel_runtime.models.split import SplitError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -86,8 +86,8 @@ def _hf():
 @pytest.mark.parametrize("kind,cfg", [("llama", LLAMA), ("gpt2", GPT2), ("qwen2", QWEN2)])
 def test_hf_stages_equal_the_hf_model(kind, cfg):
     tf = _hf()
-    from kernel_runtime.data import reference_run
-    from kernel_runtime.hf import CausalLMStages, from_transformers, hf_config
+    from kernel_runtime.models.data import reference_run
+    from kernel_runtime.models.hf import CausalLMStages, from_transformers, hf_config
     from kernel_runtime.models import lm_loss
     spec = from_transformers(kind, config=cfg, seq=8)
     assert spec.num_layers == 4 and spec.name == f"hf:{kind}"
@@ -107,8 +107,8 @@ def test_hf_stages_equal_the_hf_model(kind, cfg):
 
 def test_hf_model_instance_and_refusals():
     tf = _hf()
-    from kernel_runtime.hf import from_transformers
-    from kernel_runtime.hf import as_model
+    from kernel_runtime.models.hf import from_transformers
+    from kernel_runtime.models.hf import as_model
     from kernel_runtime.models import ModelError, as_spec
     cfg = tf.AutoConfig.for_model("llama", **LLAMA)
     model = tf.AutoModelForCausalLM.from_config(cfg)

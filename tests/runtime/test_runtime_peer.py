@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow            # multi-process
 @pytest.mark.timeout(200)
 def test_same_gradients_as_torch_runtime():
     from kernel_runtime.models import demo_gpt
-    from kernel_runtime.peer import compare
+    from kernel_runtime.run.peer import compare
     spec = demo_gpt(vocab=32, seq=8, dim=16, heads=2, n_blocks=2, batch_size=8)
     plans = library_plans(2, 4, spec.num_layers)
     for name in ("1f1b", "zb-h1", "zb-v"):

@@ -22,11 +22,11 @@ def _finite_pos(x) -> bool:
 
 @pytest.mark.timeout(180)
 def test_profile_measures_every_cost_field_in_worker_processes():
-    from kernel_runtime.costfields import cost_fields
-    from kernel_runtime.profiler import profile
+    from flexpipe_ui.calibrate import kind_overhead
+    from kernel_runtime.measure.profiler import profile
     spec = _tiny()
     prob = profile(spec, ranks=2, microbatches=2, repeats=3, warmup=1, stages=[(1, 2)])
-    cf = cost_fields(prob)
+    ov = kind_overhead(prob)
     n = spec.num_layers
     assert prob.num_layers == n and prob.meta["processes"] == 2 and prob.meta["threads"] >= 1
     assert all(_finite_pos(l.f) and _finite_pos(l.w) and l.act > 0 and l.mem > 0 for l in prob.layers)
@@ -34,34 +34,36 @@ def test_profile_measures_every_cost_field_in_worker_processes():
     # token ids in: the first stage's I is a no-op and its W the fused backward, whatever its layers
     assert prob.data_input is True
     c2 = prob.stage_costs(((0, 1), (2, 3)))
-    assert c2.b[0] == 0.0 and c2.w[0] == pytest.approx(cf["layers"][0]["bw"] + cf["layers"][1]["bw"])
-    for i, e in enumerate(cf["layers"]):
-        assert _finite_pos(e["bw"]) and e["act_w"] >= prob.layers[i].act
-        assert (e["out"] > 0) if i < n - 1 else e["out"] == 0.0         # the head sends nothing on
+    assert c2.b[0] == 0.0 and c2.w[0] == pytest.approx(prob.layers[0].bw + prob.layers[1].bw)
+    for i, e in enumerate(prob.layers):
+        assert _finite_pos(e.bw) and e.act_w >= e.act
+        assert (e.out > 0) if i < n - 1 else e.out == 0.0         # the head sends nothing on
     # a block's output: microbatch (4) x seq (8) x dim (16) float32
-    assert cf["layers"][1]["out"] == pytest.approx(4 * 8 * 16 * 4 / 2 ** 20)
-    assert set(cf["overhead"]) == {"F", "I", "W", "B"} and all(_finite_pos(v) for v in cf["overhead"].values())
+    assert prob.layers[1].out == pytest.approx(4 * 8 * 16 * 4 / 2 ** 20)
+    assert set(ov) == {"F", "I", "W", "B"} and all(_finite_pos(v) for v in ov.values())
     # communication between the two workers over gloo
     assert math.isfinite(prob.comm) and prob.comm >= 0
-    assert cf["bandwidth"] is None or _finite_pos(cf["bandwidth"])
-    assert 0.0 <= cf["comm_cpu"] <= 1.0 and len(prob.meta["comm_samples"]) >= 2
+    assert prob.bandwidth is None or _finite_pos(prob.bandwidth)
+    assert 0.0 <= prob.comm_cpu <= 1.0 and len(prob.meta["comm_samples"]) >= 2
     # the executor probe (a short GPipe run): its time between actions is in every overhead,
     # its median message wait is comm
     probe = prob.meta["executor_probe"]
     assert probe["plan"] == "gpipe" and probe["steps"] == 2 and probe["loop_gap"] >= 0
     assert prob.comm == probe["comm_wait"] and math.isfinite(probe["comm_pingpong"])
-    assert all(cf["overhead"][k] == pytest.approx(prob.meta["overhead_measured"][k] + probe["loop_gap"])
+    assert all(ov[k] == pytest.approx(prob.meta["overhead_measured"][k] + probe["loop_gap"])
                for k in "FIWB")
     # switching stages: measured against another stage's actions, never negative
-    assert all(math.isfinite(e["switch"]) and e["switch"] >= 0 for e in cf["layers"])
+    assert all(math.isfinite(e.switch) and e.switch >= 0 for e in prob.layers)
     st = prob.meta["stages"]
-    assert [s["layers"] for s in st] == [[1, 2]] and all(_finite_pos(st[0][k]) for k in "fbw")
+    # the groups asked for, then one stage per rank (the stage context the layers are scaled by)
+    assert [s["layers"] for s in st] == [[1, 2], [0, 1], [2, 3]] and all(_finite_pos(st[0][k]) for k in "fbw")
+    ctx = prob.meta["stage_context"]
+    assert len(ctx) == n and all(set(c) == {"F", "I", "W", "B"} and all(v > 0 for v in c.values()) for c in ctx)
     # the same model profiled again in this process: same structure and memory, times positive
     again = profile(spec, ranks=2, microbatches=2, repeats=2, warmup=1, processes=0)
     assert [l.name for l in again.layers] == [l.name for l in prob.layers]
     assert [(l.act, l.mem) for l in again.layers] == [(l.act, l.mem) for l in prob.layers]
-    assert [(e["out"], e["act_w"]) for e in cost_fields(again)["layers"]] == \
-        [(e["out"], e["act_w"]) for e in cf["layers"]]
+    assert [(e.out, e.act_w) for e in again.layers] == [(e.out, e.act_w) for e in prob.layers]
     assert all(_finite_pos(l.f) for l in again.layers) and again.meta["processes"] == 0
 
 
@@ -95,8 +97,8 @@ def test_tune_end_to_end_on_two_gloo_processes():
     from flexpipe_ui.ir import Plan
     from flexpipe_ui.validate import validate
 
+    from flexpipe_ui.calibrate import kind_overhead
     from kernel_runtime import tune
-    from kernel_runtime.costfields import cost_fields
     events = []
     res = tune(_tiny(), ranks=2, microbatches=4, rounds=2, steps=2, time_limit=1.0, repeats=2,
                progress=events.append)
@@ -115,7 +117,7 @@ def test_tune_end_to_end_on_two_gloo_processes():
     assert any(r.plan is res.plan or r.plan == res.plan for r in res.rounds)
     phases = [e.phase for e in events]
     assert phases[0] == "profile" and phases[-1] == "done" and "run" in phases and "calibrate" in phases
-    assert set(cost_fields(res.problem)["overhead"]) == {"F", "I", "W", "B"}
+    assert set(kind_overhead(res.problem)) == {"F", "I", "W", "B"}
     assert "predicted ms" in res.table()
 
 
@@ -125,7 +127,7 @@ def test_probe_times_each_pattern_in_steady_state(monkeypatch):
     of each pattern: the order the probe times in biased the split/fused ratio (docs/cost_model.md)."""
     from types import MappingProxyType
 
-    from kernel_runtime import profile_time as pt
+    from kernel_runtime.measure import profile_time as pt
     spec = _tiny()
     x, tgt = spec.batch(0, 4, torch.Generator().manual_seed(0))
     layers = spec.layers(range(spec.num_layers), 0, device=torch.device("cpu"), dtype=torch.float32)

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 
 def _graph_freed(hooks) -> bool:
-    from kernel_runtime.split_backward import backward_input, backward_weight
+    from kernel_runtime.run.split_backward import backward_input, backward_weight
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
     params = list(net.parameters())
@@ -33,7 +33,7 @@ def _graph_freed(hooks) -> bool:
 
 
 def test_split_backward_frees_the_graph_under_the_executors_hooks():
-    from kernel_runtime.memory import SavedBytes
+    from kernel_runtime.run.memory import SavedBytes
     saved = SavedBytes(set())
     assert _graph_freed(saved.hooks)
     assert saved.storages                  # the hooks still record what autograd saved

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flexpipe_ui.library import build_named
 from flexpipe_ui.problem import Layer, Problem
 from flexpipe_ui.sim import simulate
-from kernel_runtime.tuning import partition_neighbours, plan_key
+from kernel_runtime.measure.tuning import partition_neighbours, plan_key
 
 
 def _heavy_head(n: int = 8, **kw) -> Problem:

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .models import ModelError, ModelSpec, _is_hf_model, lm_loss
+from .gpt import lm_loss
+from .spec import ModelError, ModelSpec, _is_hf_model
 
 __all__ = ["from_transformers", "hf_config", "CausalLMStages", "SUPPORTED", "as_model"]
 

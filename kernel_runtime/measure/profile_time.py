@@ -21,25 +21,37 @@ from torch import nn
 
 from flexpipe_ui.ir import parse_action
 
-from .executor import DEFAULT_HANDLERS as HANDLERS, MBState
-from .memory import SavedBytes, activation_bytes
+from ..run.executor import DEFAULT_HANDLERS as HANDLERS, MBState
+from ..run.memory import SavedBytes, activation_bytes
 
 __all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
 
 
+def _ms(less: str | None = None) -> dict:
+    """Field metadata of a time (ms); ``less``: the kind whose fixed overhead is taken off it."""
+    return {"unit": "ms", "less": less}
+
+
+_BYTES = {"unit": "bytes"}
+
+
 @dataclass
 class UnitTimes:
-    """Medians (ms) of one unit's actions and its memory (bytes) for one microbatch."""
+    """Medians (ms) of one unit's actions and its memory (bytes) for one microbatch.
 
-    f: float
-    b: float
-    w: float
-    bw: float
-    act: int
-    act_w: int
-    out: int
+    A field with a ``unit`` in its metadata is a measurement; one named like a ``Layer`` field
+    becomes that field of the profiled problem (``measure.profiler``: ms less the kind's overhead
+    where ``less`` says, bytes as MiB), with no other edit."""
+
+    f: float = field(metadata=_ms("F"))
+    b: float = field(metadata=_ms("I"))
+    w: float = field(metadata=_ms("W"))
+    bw: float = field(metadata=_ms("B"))
+    act: int = field(metadata=_BYTES)
+    act_w: int = field(metadata=_BYTES)
+    out: int = field(metadata=_BYTES)
     deferred: bool = False                   # first unit on data: I deferred its work to W
-    switch: float = 0.0                      # extra ms of an action that follows another unit's
+    switch: float = field(default=0.0, metadata=_ms())   # extra ms of an action after another unit's
     samples: dict = field(default_factory=dict)
 
 
@@ -99,7 +111,7 @@ def _timed(fn: Callable, device) -> float:
 
 def unit_inputs(layers: list[nn.Module], units: Sequence[Sequence[int]], x, loss_fn, target):
     """(input, output-gradient) of every unit: one no-grad pass through the model in order."""
-    from .executor import stage_forward
+    from ..run.executor import stage_forward
     ins, gys = {}, {}
     h = x
     outs = {}

@@ -41,7 +41,7 @@ class LaunchConfig:
     threads: int | None = None
     """torch threads per worker on CPU (default: the machine's cores divided by the ranks)."""
     pin_cpus: bool = True
-    """On CPU, pin each worker to its own share of the cores (``kernel_runtime.affinity``), as the
+    """On CPU, pin each worker to its own share of the cores (``kernel_runtime.run.affinity``), as the
     profiler does, when there are at least as many cores as workers; ``FLEXPIPE_PIN_CPUS=0`` turns
     it off everywhere."""
     dp: int = 1

@@ -51,10 +51,12 @@ def _worker(rank: int, world: int, port: int, plan_dict: dict, spec, reps: int, 
     from flexpipe_ui.planfile import plan_from_dict
 
     from flexpipe_ui.passes import derive_comm
-    from .data import get_batch, split_microbatches
-    from .executor import CpuTimer, RankExecutor
+    from ..models.data import get_batch, split_microbatches
+    from .executor import RankExecutor
+    from .shapes import infer_shapes
+    from .timers import CpuTimer
     from .transport import ChannelGroups
-    from .worker import _dtype, _infer_shapes
+    from .worker import _dtype
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
@@ -73,7 +75,7 @@ def _worker(rank: int, world: int, port: int, plan_dict: dict, spec, reps: int, 
     # ours
     ours = {s: spec.layers(plan.partition[s], seed, dtype=dt) for s in mine}
     comm = derive_comm(sched)
-    shapes = _infer_shapes(plan, rank, ours, xs[0] if 0 in mine else None, None, dev, dt)
+    shapes = infer_shapes(plan, rank, ours, xs[0] if 0 in mine else None, None, dev, dt)
     ex = RankExecutor(plan, rank, ours, spec.loss_fn, comm, shapes, dev, ChannelGroups("gloo"), 60.0, CpuTimer())
 
     # torch's
@@ -126,7 +128,7 @@ def compare(plan, model=None, *, reps: int = 10, dtype: str = "float32", seed: i
     from flexpipe_ui.torch_interop import export_torch_csv
 
     from .launcher import _free_port, prepare_plans
-    from .models import as_spec
+    from ..models import as_spec
 
     spec = as_spec(model, num_layers=plan.num_layers)
     (plan,) = prepare_plans(plan, spec.num_layers)

@@ -43,7 +43,7 @@ def replica_share(x: torch.Tensor, replica: int, replicas: int, what: str = "bat
     """Replica ``replica``'s equal share of ``x`` along dim 0 (refuses a batch that does not divide)."""
     if replicas == 1:
         return x
-    from .models import ModelError
+    from ..models import ModelError
     n = x.shape[0]
     if n % replicas:
         raise ModelError(f"{what} of {n} rows does not split into {replicas} data-parallel replicas: use a "

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .models import ModelError, ModelSpec
+from .spec import ModelError, ModelSpec
 
 __all__ = ["get_batch", "split_microbatches", "reference_run", "ReferenceResult", "make_optimizer"]
 

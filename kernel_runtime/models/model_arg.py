@@ -15,7 +15,8 @@ def resolve_model(args):
     """(spec, what to send to the workers) for ``--model``; raises ValueError for a bad one."""
     import dataclasses
     import json
-    from .models import as_spec, demo_gpt
+    from .gpt import demo_gpt
+    from .normalise import as_spec
     name = args.model
     cfg_text = getattr(args, "model_config", None)
     if cfg_text and not name.startswith("hf:"):

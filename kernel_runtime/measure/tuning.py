@@ -20,7 +20,9 @@ from typing import Any, Callable, Sequence
 from flexpipe_ui.ir import Plan
 from flexpipe_ui.problem import Problem
 
-__all__ = ["tune", "TuneResult", "TuneRound", "TuneEvent", "measure_plans", "plan_key", "shortlist",
+from .config import TuneConfig, tune_config
+
+__all__ = ["tune", "TuneConfig", "TuneResult", "TuneRound", "TuneEvent", "measure_plans", "plan_key", "shortlist",
            "fastest_measured", "partition_neighbours", "with_neighbours"]
 
 
@@ -90,7 +92,7 @@ def measure_plans(plans: Sequence[Plan], *, model: Any, steps: int, warmup: int 
     and return, per plan, the measured timelines after each pass's warm-up steps. ``warm_pass``: one
     more pass first, not recorded (on bench_truth's GPT the first pass of a launch ran ~1.2x slower
     than later ones: allocator growth, first touches; the plan run first would pay it alone)."""
-    from .launcher import launch
+    from ..run.launcher import launch
     first = len(plans) if warm_pass else 0
     seq = [p for _ in range(max(1, repeat) + (1 if warm_pass else 0)) for p in plans]
     h = launch(seq, model=model, steps=warmup + steps, **launch_kwargs)
@@ -197,43 +199,36 @@ def _median_peaks(tls) -> tuple[float, ...]:
     return tuple(float(statistics.median(x[r] for x in got)) for r in range(len(got[0])))
 
 
-def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, steps: int = 4,
-         warmup: int = 1, progress: Callable[[TuneEvent], Any] | None = None, devices: str = "cpu",
-         problem: Problem | None = None, time_limit: float = 10.0, repeats: int = 21,
-         threads: int | None = None, memory_limit: float | None = None, seed: int = 0,
-         timeout: float = 120.0, search: dict | None = None, shortlist_size: int = 3,
-         passes: int = 2, neighbours: int = 2) -> TuneResult:
+def tune(model: Any = None, *, problem: Problem | None = None,
+         progress: Callable[[TuneEvent], Any] | None = None, config: TuneConfig | None = None,
+         **fields) -> TuneResult:
     """Tune a plan for ``model`` on ``ranks`` ranks × ``microbatches`` microbatches (see module).
 
-    ``problem``: start from this problem instead of profiling. ``steps`` measured steps per plan and
-    pass (after ``warmup``), ``passes`` interleaved passes per round; ``time_limit``: seconds of
-    ``auto`` search per round; ``search``: more keywords for ``auto_search``; ``shortlist_size``:
-    plans run per round (1: only the model's best); ``neighbours``: when more than one plan runs,
-    that many of the model's best plan's ``partition_neighbours`` run with them.
+    Settings are ``config`` (a ``TuneConfig``) and/or its fields as keywords (``ranks`` and
+    ``microbatches`` required). ``problem``: start from this problem instead of profiling.
+    ``steps`` measured steps per plan and pass (after ``warmup``), ``passes`` interleaved passes
+    per round; ``time_limit``: seconds of ``auto`` search per round; ``search``: more keywords for
+    ``auto_search``; ``shortlist_size``: plans run per round (1: only the model's best);
+    ``neighbours``: when more than one plan runs, that many of the model's best plan's
+    ``partition_neighbours`` run with them. ``dtype`` is the profile's and every run's.
     """
+    from flexpipe_ui.calibrate import calibrate_runs
     from flexpipe_ui.search import auto_search
     from flexpipe_ui.sim import simulate
 
-    from .calibrate import calibrate_runs
-    from .profiler import profile
-
+    c = tune_config(config, fields)
     say = progress or (lambda ev: None)
-    dev = "cuda" if devices == "cuda" else "cpu"
-    if problem is None:
-        say(TuneEvent("profile", 0, f"profiling the model on {ranks} worker processes"))
-        t = time.perf_counter()
-        problem = profile(model, ranks=ranks, microbatches=microbatches, device=dev, repeats=repeats,
-                          threads=threads, memory_limit=memory_limit, seed=seed)
-        say(TuneEvent("profile", 0, f"profiled {problem.num_layers} layers in {time.perf_counter() - t:.1f} s"))
-    else:
-        problem = problem.with_(ranks=ranks, microbatches=microbatches)
+    problem = _starting_problem(model, problem, c, say)
+    seed = c.seed
+    devices, time_limit, search, steps, warmup, neighbours = (c.devices, c.time_limit, c.search, c.steps,
+                                                              c.warmup, c.neighbours)
     base, fitted = problem, problem
     runs: list[tuple[Plan, list]] = []
     result = TuneResult(plan=None, problem=problem, profile=base)   # type: ignore[arg-type]
-    kw = dict(devices=devices, seed=seed, timeout=timeout, threads=threads)
-    k = max(1, int(shortlist_size))
+    kw = dict(devices=devices, seed=seed, timeout=c.timeout, threads=c.threads, dtype=c.dtype)
+    k = max(1, int(c.shortlist_size))
     kept: tuple[Plan, str] | None = None
-    for r in range(max(1, rounds)):
+    for r in range(max(1, c.rounds)):
         found = auto_search(fitted, time_limit=time_limit, seed=seed, **{"top": k, **(search or {})})
         cands = shortlist(found, k)
         if kept is not None and plan_key(cands[0][0]) == plan_key(kept[0]):
@@ -249,7 +244,7 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
         for (p, desc), sim in zip(cands, sims):
             say(TuneEvent("search", r, f"plan {desc}: predicted {sim.makespan:.2f} ms", sim.makespan))
         best, tls, meds = fastest_measured([p for p, _ in cands], model=model, steps=steps, warmup=warmup,
-                                           repeat=passes if len(cands) > 1 else 1, **kw)
+                                           repeat=c.passes if len(cands) > 1 else 1, **kw)
         plan, desc, sim = cands[best][0], cands[best][1], sims[best]
         say(TuneEvent("run", r, f"measured {meds[best]:.2f} ms ({(meds[best] - sim.makespan) / sim.makespan:+.1%})"
                       + (f", fastest of {len(cands)} plans run" if len(cands) > 1 else ""),
@@ -274,3 +269,18 @@ def tune(model: Any = None, *, ranks: int, microbatches: int, rounds: int = 3, s
     result.plan, result.problem = kept[0], fitted
     say(TuneEvent("done", len(result.rounds), f"{result.stopped}: {len(result.rounds)} round(s)"))
     return result
+
+
+def _starting_problem(model, problem: Problem | None, c: TuneConfig, say) -> Problem:
+    """The problem round 0 plans on: ``problem`` for ``c``'s ranks and microbatches, else a fresh
+    ``profile`` of the model in worker processes."""
+    if problem is not None:
+        return problem.with_(ranks=c.ranks, microbatches=c.microbatches)
+    from .profiler import profile
+    say(TuneEvent("profile", 0, f"profiling the model on {c.ranks} worker processes"))
+    t = time.perf_counter()
+    problem = profile(model, ranks=c.ranks, microbatches=c.microbatches,
+                      device="cuda" if c.devices == "cuda" else "cpu", dtype=c.dtype, repeats=c.repeats,
+                      threads=c.threads, memory_limit=c.memory_limit, seed=c.seed)
+    say(TuneEvent("profile", 0, f"profiled {problem.num_layers} layers in {time.perf_counter() - t:.1f} s"))
+    return problem

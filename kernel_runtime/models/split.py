@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from .models import ModelError, ModelSpec
+from .spec import ModelError, ModelSpec
 
 __all__ = ["split_module", "SplitError", "ModuleChain", "SplitBuilder"]
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as Fn
 
-from .models import ModelSpec
+from .spec import ModelSpec
 
 __all__ = ["mlp_chain"]
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from .executor import DEFAULT_HANDLERS as HANDLERS, MBState
+from ..run.executor import DEFAULT_HANDLERS as HANDLERS, MBState
 
 __all__ = ["action_temps", "unit_temps", "SEQUENCE"]
 
@@ -75,7 +75,7 @@ def action_temps(probe, device) -> dict[str, float]:
     else:
         from torch.autograd.profiler import record_function
         from torch.profiler import ProfilerActivity, profile
-        from .procmem import _quiet_stderr
+        from ..run.procmem import _quiet_stderr
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         with _quiet_stderr():
             prof.__enter__()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SavedBytes", "activation_bytes", "static_bytes", "without_grad_fn"]
+__all__ = ["SavedBytes", "activation_bytes", "static_bytes", "without_grad_fn", "tracked_memory_mib"]
 
 
 def without_grad_fn(t):
@@ -84,3 +84,10 @@ def static_bytes(params, optimizer=None) -> int:
             seen.add(s[0])
             total += s[1]
     return total
+
+
+def tracked_memory_mib(rec, params, opt) -> float:
+    """This step's peak by the executor's own count, MiB: the activation bytes it tracked
+    (``rec.peak_activation``) + parameters, gradients and optimizer state (the cost model's rule,
+    kept for diagnosis only; a run reports the allocator's figure, ``procmem``)."""
+    return (rec.peak_activation + static_bytes(params, opt)) / 2 ** 20
