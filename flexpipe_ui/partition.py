@@ -25,6 +25,7 @@ import numpy as np
 
 from .costmodel import fits, fits_mask
 from .problem import Problem
+from .watch import tick
 
 __all__ = ["PartitionError", "balanced_partition", "refine_for_ranks", "default_inflight",
            "stage_memory", "rank_memory", "rank_loads", "partition_from_sizes", "PartitionSummary",
@@ -154,6 +155,7 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     masks: dict = {}
 
     def solve(caps: np.ndarray | None, weights: np.ndarray | None = None, spread: bool = True):
+        tick()  # a caller may stop a long partitioning (``flexpipe_ui.watch``)
         key = None if caps is None else caps.tobytes()
         feas = masks.get(key)
         if feas is None:
@@ -315,6 +317,7 @@ def refine_for_ranks(problem: Problem, partition, placement, *, inflight=None,
 
     cur = score(bounds)
     for _ in range(max_moves):
+        tick()
         improved = False
         for k1 in range(1, S):
             for k2 in range(k1, min(S - 1, k1 + span - 1) + 1):

@@ -34,6 +34,7 @@ from .ir import Plan, Schedule
 from .kinds import Kind
 from .problem import Problem, StageCosts, even_partition, uniform_costs
 from .timeline import Metrics, Timeline, compute_metrics
+from .watch import active as active_watcher
 
 __all__ = ["simulate", "SimResult", "costs_for", "duration_table"]
 
@@ -191,6 +192,7 @@ def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None
     dirty = np.where(np.diff(bounds) > 0, 0, clean)   # first lane position to recompute
     up, down = list(range(nl)), list(range(nl - 1, -1, -1))
     sweeps, check_at, cap = 0, 8 * nl + 64, n + 2
+    watcher = active_watcher()  # a caller may stop a long solve between sweeps (``watch``)
     while (dirty < clean).any():
         for L in (up if sweeps % 2 == 0 else down):
             q = int(dirty[L])
@@ -222,6 +224,8 @@ def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None
                 if j < len(spos) and suf[j] < dirty[consumer]:
                     dirty[consumer] = suf[j]
         sweeps += 1
+        if watcher is not None:
+            watcher(None)
         if (sweeps == check_at and check is not None) or sweeps > cap:
             if check is not None:
                 check()

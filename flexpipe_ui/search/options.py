@@ -38,6 +38,12 @@ class SearchOptions:
     exact: float = 0.0
     """Seconds of CP-SAT re-ordering of the best few structures (``exact.polish``, needs OR-Tools);
     it runs for wall-clock time, so with it the result can differ between machines and runs."""
+    abandon: bool | None = None
+    """End a DSL candidate's build as soon as its partial schedule proves it cannot beat the plan
+    to beat (each rank's free time plus its remaining work; ``state.SearchState.watch``), and keep
+    plans only for the few candidates still of use. None: on above ``state.LARGE`` ranks ×
+    microbatches (then the search path may differ from a full build of every candidate, never
+    the plans it could return)."""
 
 
 def options_with(options: SearchOptions | None, **overrides) -> SearchOptions:

@@ -214,7 +214,7 @@ def memory_variants(problem: Problem, c: Candidate, s: Scored) -> list[Candidate
             out.append(_program_candidate(problem, pl, c.placement, split, c.partition, r, tag=" [memory]"))
     R = recompute_kind()
     # recompute the stages of the ranks that overflowed, then everywhere
-    over = [r for r, pk in enumerate(s.result.metrics.peak_memory) if cap is not None and pk > cap]
+    over = [r for r, pk in enumerate(s.peaks) if cap is not None and pk > cap]
     stages = tuple(st for st, r in enumerate(c.placement) if r in over)
     for where in ([stages] if stages and len(stages) < len(c.placement) else []) + ["all"]:
         for r in (Rules(backward="split", priority=("I", "F", "W"), w_policy="fill", memory_cap=cap),
