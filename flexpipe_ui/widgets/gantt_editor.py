@@ -1,5 +1,10 @@
 """``GanttEditor``: the draggable Gantt (an anywidget; front end in ``gantt_editor.js``, bundled).
 
+At scale the front end draws only the time window in view (zoom and pan on the time axis), merges
+bars too thin to see into "occupied" bands, labels a bar only when its label fits, and scrolls
+the rank lanes and memory panels past ``gantt_lod.MAX_LANES`` ranks: the rules of
+``flexpipe_ui.gantt_lod``, whose constants travel in ``data["lod"]``.
+
 The Python side packs a timeline into plain arrays (the ``data`` trait) and receives what the
 user did as traits the front end sets: ``drop`` (a bar let go at a time and rank), ``selected``
 (a clicked bar), ``command`` (a key: earlier/later/swap/undo/redo). It never interprets them: the
@@ -16,6 +21,7 @@ import numpy as np
 import traitlets
 
 from ..gantt import units
+from ..gantt_lod import lod_constants
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
@@ -30,6 +36,11 @@ _CSS = """
 .fp-bar.fp-bad { stroke: #ff0000; stroke-width: 3; }
 .fp-bar.fp-dragging { opacity: 0.75; cursor: grabbing; stroke: #000; stroke-width: 1.5; }
 .fp-label { fill: #fff; font-size: 10px; pointer-events: none; }
+.fp-band { fill: #9aa3ad; opacity: 0.85; }
+.fp-band:hover { fill: #6b7580; }
+.fp-axis-strip { fill: #f6f6f6; cursor: ew-resize; }
+.fp-axis-hint { fill: #888; font-size: 9px; }
+.fp-lanes-box, .fp-mem-box { overflow-x: hidden; }
 .fp-rank, .fp-axis text, .fp-memlab { fill: #444; font-size: 10px; }
 .fp-memlab { font-size: 9px; }
 .fp-cap { stroke: #d62728; stroke-dasharray: 4 3; stroke-width: 1; }
@@ -70,7 +81,7 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
     tu, mu = units(unit_costs)
     return {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
             "memory_limit": memory_limit, "version": int(version),
-            "units": {"time": tu.strip(), "memory": mu.strip()}}
+            "units": {"time": tu.strip(), "memory": mu.strip()}, "lod": lod_constants()}
 
 
 class GanttEditor(anywidget.AnyWidget):

@@ -157,13 +157,21 @@ window.__fp_draw = async (data) => {{
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   return performance.now() - t0;
 }};
+// as the kernel's message arrives: JSON text parsed, set, drawn, painted (ms of main thread)
+window.__fp_reply = async (text) => {{
+  const t0 = performance.now();
+  model.set("data", JSON.parse(text));
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t0;
+}};
 window.__fp_ready = true;
 </script></body></html>"""
 
 
 def editor_test_page(path: Path) -> Path:
     """A plain page running the editor's ES module on a fake anywidget model (no Jupyter):
-    ``window.__fp_draw(data)`` draws and returns ms; ``window.__fp_sets`` records ``model.set``."""
+    ``window.__fp_draw(data)`` draws and returns ms, ``window.__fp_reply(json_text)`` too after
+    parsing it (as a kernel message arrives); ``window.__fp_sets`` records ``model.set``."""
     from flexpipe_ui.widgets.gantt_editor import _CSS
     js = (ROOT / "flexpipe_ui" / "widgets" / "gantt_editor.js").read_text()
     js = js.replace("export default { render };", "window.__fp_render = render;")
