@@ -34,7 +34,7 @@ from .ir import Plan, Schedule
 from .kinds import Kind
 from .problem import Problem, StageCosts, even_partition, uniform_costs
 from .timeline import Metrics, Timeline, compute_metrics
-from .watch import active as active_watcher
+from .watch import active as active_watcher, tick
 
 __all__ = ["simulate", "SimResult", "costs_for", "duration_table"]
 
@@ -95,9 +95,11 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         probs = static_problems(sched)
         if probs:
             raise ScheduleError("invalid schedule", probs, sched)
+    tick()      # a long simulation can be stopped between its steps (``watch``)
     g = compile_schedule(sched)
     dur, lat = action_durations(g, costs)
     lanes = _lanes(g)
+    tick()
 
     def deadlock() -> None:
         d = deadlock_problem(g)
@@ -119,6 +121,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     end = np.maximum(end, start)
     tl = Timeline(sched.ranks, g.actions, g.rank, start, end, "simulated", sched)
     _add_allreduce(tl, g, costs)
+    tick()
     m = compute_metrics(tl, costs) if metrics else None
     return SimResult(tl, m, costs, rounds)
 

@@ -40,7 +40,7 @@ from ..costmodel import fits, memory_effects
 from ..ir import Action, Schedule
 from ..problem import StageCosts
 from ..validate import valid_by_construction
-from ..watch import active as active_watcher
+from ..watch import active as active_watcher, tick
 from .actor_plan import _Plan, _prepare, memory_need, stage_kinds
 from .rules import Rules, RulesError
 
@@ -292,13 +292,14 @@ def _run(P: _Plan, st: _State) -> int:
         done += 1
         for x in _start(P, st, g, t, L):
             _push(P, st, x)
-        if watcher is not None and not done % _TICK:
-            watcher(_lower_bound(P, st))
+        if watcher is not None and not done % 512:
+            # a stop check every 512 actions (a few ms), a lower bound every _TICK
+            watcher(_lower_bound(P, st) if not done % _TICK else None)
     return done
 
 
 _TICK = 2048
-"""Actions between two reports to the watcher (a few milliseconds)."""
+"""Actions between two lower bounds reported to the watcher."""
 
 
 def _lower_bound(P: _Plan, st: _State) -> float:
@@ -316,6 +317,8 @@ def _orders(P: _Plan, st: _State, placement) -> Schedule:
     M = P.M
     order, starts = [], []
     for r in range(P.ranks):
+        if not r % 16:
+            tick()
         row = st.ran[r]
         if len(P.lanes_of_rank[r]) > 1:
             row.sort(key=lambda x: (x[0], x[1]))

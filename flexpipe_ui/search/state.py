@@ -209,7 +209,6 @@ class SearchState:
     def _evaluate(self, c: Candidate, bar: float) -> Scored | None:
         """Build and simulate ``c`` under the watcher; a large search abandons the build once its
         bound reaches ``bar`` (only DSL programs report one). None when ``stop()`` ended it."""
-        from ..dsl.scheduler import _TICK
         self._bar = bar if self.large and math.isfinite(bar) else None
         self._ticks = 0
         try:
@@ -217,7 +216,7 @@ class SearchState:
                 return evaluate(c.build, self.problem, description=c.description, bound=c.bound,
                                 knobs=dict(c.knobs), sims=None if self.large else self.sims)
         except Abandoned as e:
-            self.actions += self._ticks * _TICK
+            self.actions += self._ticks * 512   # the scheduler ticks every 512 actions
             return abandoned(c.description, c.bound, e.bound, dict(c.knobs))
         except Stopped:
             return None
