@@ -63,8 +63,38 @@ function firstEndingAfter(ends, order, t) {
   return lo;
 }
 
-function prepare(d) {
-  // per data version: bars of each lane (rank, stream) sorted by start, and each rank's centres
+function view8(x) {
+  // a binary buffer as it arrives (DataView from the widget's comm, or an ArrayBuffer / typed array)
+  if (x instanceof ArrayBuffer) return new Uint8Array(x);
+  return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+}
+
+function typed(x, Type) {
+  // copy into an aligned buffer of the column's type (the message's buffers need not be aligned)
+  const u8 = view8(x);
+  const out = new Type(u8.byteLength / Type.BYTES_PER_ELEMENT);
+  new Uint8Array(out.buffer).set(u8);
+  return out;
+}
+
+function unpack(d) {
+  // GanttEditor.data on the wire (flexpipe_ui.widgets.gantt_editor.data_to_wire) -> plain columns;
+  // data that came as plain lists (tests, a fake model) is used as it is
+  const b = d.bars;
+  if (!b || !b.packed) return d;
+  const bars = { name: b.n ? b.name.split("\n") : [], label: b.n ? b.label.split("\n") : [] };
+  const types = { rank: Int32Array, start: Float64Array, end: Float64Array, stage: Int32Array,
+                  index: Int32Array, side: Uint8Array, mem: Float64Array };
+  for (const k in types) if (b[k] != null) bars[k] = typed(b[k], types[k]);
+  const ci = typed(b.color, Uint16Array);
+  bars.color = Array.from(ci, (k) => b.palette[k]);
+  const memory = (d.memory || []).map((c) => ({ t: typed(c.t, Float64Array), v: typed(c.v, Float64Array) }));
+  return Object.assign({}, d, { bars, memory });
+}
+
+function prepare(raw) {
+  // per data version: the columns, bars of each lane (rank, stream) sorted by start, each rank's centres
+  const d = unpack(raw);
   const bars = d.bars || { name: [] };
   const n = bars.name.length, R = d.ranks || 0;
   const lanes = Array.from({ length: 2 * R }, () => []);
@@ -84,7 +114,7 @@ function prepare(d) {
   });
   if (lim != null) low = Math.min(low, lim);
   const span = Math.max(top - low, 1e-9);
-  return { lanes, byRank, n, R, peaks, memLow: Math.max(0, low - 0.15 * span), memTop: top + 0.1 * span };
+  return { d, lanes, byRank, n, R, peaks, memLow: Math.max(0, low - 0.15 * span), memTop: top + 0.1 * span };
 }
 
 function render({ model, el }) {
@@ -112,7 +142,9 @@ function render({ model, el }) {
   let dropVersion = 0;  // the data version on screen at that drop
 
   function layout() {
-    const d = model.get("data") || {};
+    const raw = model.get("data") || {};
+    if (prepData !== raw || prepVersion !== raw.version) { prep = prepare(raw); prepVersion = raw.version; prepData = raw; }
+    const d = prep.d;
     const lod = Object.assign({}, LOD, d.lod || {});
     const R = d.ranks || 0;
     const T = Math.max(d.makespan || 0, 1e-9);
@@ -134,7 +166,6 @@ function render({ model, el }) {
     const tStart = performance.now();
     const L = layout();
     const { d, lod, R, T, W, left, top, laneH, t0, t1, plotW, sx } = L;
-    if (prepData !== d || prepVersion !== d.version) { prep = prepare(d); prepVersion = d.version; prepData = d; }
     const bars = d.bars || { name: [] };
     const hl = new Set(model.get("highlight") || []);
     const sel = model.get("selected") || "";
@@ -360,7 +391,7 @@ function render({ model, el }) {
   svg.addEventListener("pointerover", (ev) => {
     const t = ev.target;
     if (t instanceof SVGRectElement && t.classList.contains("fp-bar") && !t.firstChild)
-      mk("title", {}, t).textContent = tipText(model.get("data"), Number(t.dataset.i));
+      mk("title", {}, t).textContent = tipText(prep.d, Number(t.dataset.i));
   });
 
   // ---- drag and drop of a bar along its rank (works at any zoom: times come from the view)

@@ -25,7 +25,7 @@ from ..gantt_lod import lod_constants
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
-__all__ = ["GanttEditor", "pack_timeline"]
+__all__ = ["GanttEditor", "pack_timeline", "data_to_wire"]
 
 _CSS = """
 .fp-editor { outline: none; width: 100%; font: 11px sans-serif; user-select: none; }
@@ -84,14 +84,43 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
             "units": {"time": tu.strip(), "memory": mu.strip()}, "lod": lod_constants()}
 
 
+_COLUMNS = {"rank": "<i4", "start": "<f8", "end": "<f8", "stage": "<i4", "index": "<i4", "side": "<u1",
+            "mem": "<f8"}
+
+
+def data_to_wire(data: dict, widget=None) -> dict:
+    """The ``data`` trait as it travels to the page: numeric bar columns and memory curves as
+    little-endian binary buffers (ipywidgets sends them as they are: no JSON for 100k numbers, and
+    its buffer search does not walk 100k-element lists), names and labels as one newline-joined
+    string each, colours as a palette and a per-bar index. The page decodes it once per version;
+    the Python side keeps the plain lists (``pack_timeline``)."""
+    bars = (data or {}).get("bars")
+    if not bars or "name" not in bars:
+        return data
+    wire = {k: v for k, v in data.items() if k not in ("bars", "memory")}
+    b: dict = {"packed": 1, "n": len(bars["name"]), "name": "\n".join(bars["name"]),
+               "label": "\n".join(map(str, bars["label"]))}
+    for key, dtype in _COLUMNS.items():
+        if key in bars:
+            b[key] = memoryview(np.asarray(bars[key], dtype=dtype).tobytes())
+    palette = list(dict.fromkeys(bars["color"]))
+    where = {c: i for i, c in enumerate(palette)}
+    b["palette"] = palette
+    b["color"] = memoryview(np.array([where[c] for c in bars["color"]], "<u2").tobytes())
+    wire["bars"] = b
+    wire["memory"] = [{"t": memoryview(np.asarray(c["t"], "<f8").tobytes()),
+                       "v": memoryview(np.asarray(c["v"], "<f8").tobytes())} for c in data.get("memory", [])]
+    return wire
+
+
 class GanttEditor(anywidget.AnyWidget):
     """Draggable Gantt: ranks as rows, time on x, per-rank memory panels; see module docstring."""
 
     _esm = Path(__file__).with_name("gantt_editor.js")
     _css = _CSS
 
-    data = traitlets.Dict().tag(sync=True)
-    """What to draw (``pack_timeline``); Python → browser."""
+    data = traitlets.Dict().tag(sync=True, to_json=data_to_wire)
+    """What to draw (``pack_timeline``); Python → browser (binary on the wire: ``data_to_wire``)."""
     highlight = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Action names outlined in red (a validator error's actions)."""
     selected = traitlets.Unicode("").tag(sync=True)
