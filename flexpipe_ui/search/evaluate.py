@@ -42,6 +42,9 @@ class Scored:
     """Layers per stage of its split (kept when the plan is dropped, ``slim``)."""
     peaks: tuple[float, ...] = ()
     """Simulated peak memory per rank."""
+    inflight: tuple[float, ...] = ()
+    """Over the memory cap: ``stage_inflight`` of its simulation (what the memory repair re-splits
+    with), kept when the plan is dropped."""
 
     @property
     def ok(self) -> bool:
@@ -84,9 +87,10 @@ def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, b
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return Scored(description, None, None, math.inf, math.inf, False, bound, msg, knobs)
     peak = res.metrics.max_peak_memory
-    return Scored(description, plan, res, res.metrics.makespan, peak,
-                  fits_memory(peak, problem.memory_limit), bound, "", knobs,
-                  tuple(len(p) for p in plan.partition or ()), tuple(res.metrics.peak_memory))
+    fit = fits_memory(peak, problem.memory_limit)
+    return Scored(description, plan, res, res.metrics.makespan, peak, fit, bound, "", knobs,
+                  tuple(len(p) for p in plan.partition or ()), tuple(res.metrics.peak_memory),
+                  () if fit else tuple(stage_inflight(res).tolist()))
 
 
 def abandoned(description: str, bound: float, lower: float, knobs: dict | None = None) -> Scored:

@@ -40,7 +40,7 @@ def _repair_round(S: SearchState, todo, make_variants, limit, stop_at: int) -> N
     for s, c in todo:
         if S.out_of_budget() or len(S.scored) >= stop_at:
             return
-        infl = stage_inflight(S.result_of(s))
+        infl = np.asarray(s.inflight) if s.inflight else stage_inflight(S.result_of(s))
         try:
             part = balanced_partition(S.problem, len(c.placement), placement=c.placement,
                                       inflight=infl, memory_limit=limit)

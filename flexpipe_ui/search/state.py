@@ -225,11 +225,11 @@ class SearchState:
 
     def _trim(self) -> None:
         """Drop the plans and simulations nothing will use: keep the best ``top + 3`` fitting
-        plans (results, refinement starts), the best seed and the 16 fastest over the cap (repair)."""
+        plans (results, refinement starts) and the best seed (over the cap, what the repair needs
+        stays in the score: peaks, in-flight counts)."""
         keep = {id(self.best_seed)}
         fitting = sorted((x for x in self.scored if x.ok), key=lambda x: x.makespan)
         keep.update(id(x) for x in fitting[:self.top + 3])
-        keep.update(id(x) for x, _ in sorted(self.over, key=lambda sc: sc[0].makespan)[:16])
         slimmed: dict[int, Scored] = {}
         for i, x in enumerate(self.scored):
             if x.plan is not None and id(x) not in keep:
