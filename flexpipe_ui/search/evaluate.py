@@ -61,8 +61,8 @@ class Scored:
         return self.makespan if self.ok else math.inf
 
     def slim(self) -> "Scored":
-        """The same score without the plan and its simulation (a large search keeps those only
-        for the few it may still return or build on)."""
+        """The same score without the plan and its simulation (a search keeps those only for the
+        few it may still return or build on)."""
         return replace(self, plan=None, result=None)
 
 

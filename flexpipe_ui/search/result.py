@@ -56,7 +56,7 @@ class Progress:
     estimate: float | None = None
     """Seconds still to go, roughly (elapsed time scaled by ``fraction``); None this early."""
     abandoned: int = 0
-    """Builds ended early because they proved they could not win (large searches)."""
+    """Builds ended early because they proved they could not win (``SearchOptions.abandon``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +87,8 @@ class SearchResult:
         st = self.stats
         ratio = f"; best is {self.makespan / self.lower_bound:.3f}x of it" if self.lower_bound > 0 else ""
         lines.append(f"lower bound {self.lower_bound:.6g} (no plan is faster: work / ranks, whole layers, pipeline "
-                     f"fill{ratio}); {st['evaluated']} simulated, "
+                     f"fill{ratio}); {st['evaluated'] - st.get('abandoned', 0)} simulated, "
+                     f"{st.get('abandoned', 0)} abandoned mid-build, "
                      f"{st['pruned']} pruned, {st['over_memory']} over memory in {st['elapsed_s']:.2f} s "
                      f"(stopped: {st['stopped']})")
         if self.best_seed is not None:

@@ -2,12 +2,12 @@
 candidate. ``consider`` is the one place a candidate is pruned (memory, time bound, memory-throughput
 bound) or built and simulated (``evaluate``); the phases (``phases``) only choose what to consider.
 
-Large searches (``large``: more than ``LARGE`` rank-microbatches, or ``SearchOptions.abandon``)
-watch each build (``flexpipe_ui.watch``): the list scheduler reports a lower bound on the
+Every build is watched (``flexpipe_ui.watch``): the list scheduler reports a lower bound on the
 makespan every few thousand actions, and a candidate whose bound reaches the pruning threshold is
-abandoned there (it could not have been kept); they also keep plans and simulations only for the
-few candidates that may still be returned or built on (``_trim``). Every search is watched for its
-``stop``, so a Stop ends even a long build or partitioning within milliseconds."""
+abandoned there (it could not have been kept; ``SearchOptions.abandon``). The search keeps plans
+and simulations only for the few candidates that may still be returned or built on (``_trim``),
+and ``stop`` ends even a long build or partitioning within milliseconds.
+"""
 from __future__ import annotations
 
 import math
@@ -23,11 +23,11 @@ from ..watch import Abandoned, watching
 from .evaluate import Scored, abandoned, evaluate
 from .result import Progress
 
-__all__ = ["SearchState", "LARGE", "Stopped"]
+__all__ = ["SearchState", "Stopped", "SIM_CACHE_MAX"]
 
-LARGE = 1024
-"""Ranks × microbatches above which a search abandons losing builds early and keeps only the
-plans it may still use (at 16 × 64 and below every candidate is built and kept, as always)."""
+SIM_CACHE_MAX = 4096
+"""Ranks × microbatches up to which simulations are kept for schedules that repeat (different
+rules often give the same order once a cap binds); above, they would hold hundreds of MB."""
 
 PHASES = (("seeds", 0.15), ("explore", 0.25), ("sweep", 0.25), ("repair", 0.15), ("refine", 0.2))
 """The phases in their usual order and the share of a search's time each takes, roughly (for the
@@ -44,9 +44,9 @@ class SearchState:
 
     def __init__(self, problem: Problem, *, seed: int, time_limit: float | None, max_evals: int,
                  max_actions: int, progress, stop: Callable[[], bool], top: int,
-                 abandon: bool | None = None):
+                 abandon: bool = True):
         self.problem = problem
-        self.large = (problem.ranks * problem.microbatches > LARGE) if abandon is None else bool(abandon)
+        self.abandon = bool(abandon)
         self._bar: float | None = None   # abandonment threshold of the build in progress
         self._ticks = 0
         self.abandoned = 0
@@ -64,6 +64,7 @@ class SearchState:
         self.floor = plan_bound(problem)  # no plan is faster: meeting it ends the search (top 1)
         self.cache: dict = {}
         self.sims: dict = {}   # (placement, order, partition) → SimResult: repeats are not re-simulated
+        self._cache_sims = problem.ranks * problem.microbatches <= SIM_CACHE_MAX
         self.seen: set = set()
         self.scored: list[Scored] = []
         self.over: list[tuple[Scored, Candidate]] = []   # built but over the memory cap
@@ -101,7 +102,7 @@ class SearchState:
 
     def watch(self, bound: float | None) -> None:
         """The watcher of every build, simulation and partitioning (``flexpipe_ui.watch``): ends
-        it on ``stop()``, or, during a large search's build, once ``bound`` reaches the bar."""
+        it on ``stop()``, or, during a build, once ``bound`` reaches the bar (``abandon``)."""
         self._ticks += 1
         if self.stop():
             self.stopped = "cancelled"
@@ -201,20 +202,19 @@ class SearchState:
             self.best = s
         if c.family == "library" and s.ok and (self.best_seed is None or s.makespan < self.best_seed.makespan):
             self.best_seed = s
-        if self.large:
-            self._trim()
+        self._trim()
         self.notify()
         return s
 
     def _evaluate(self, c: Candidate, bar: float) -> Scored | None:
-        """Build and simulate ``c`` under the watcher; a large search abandons the build once its
-        bound reaches ``bar`` (only DSL programs report one). None when ``stop()`` ended it."""
-        self._bar = bar if self.large and math.isfinite(bar) else None
+        """Build and simulate ``c`` under the watcher, abandoning the build once its bound
+        reaches ``bar`` (only DSL programs report one). None when ``stop()`` ended it."""
+        self._bar = bar if self.abandon and math.isfinite(bar) else None
         self._ticks = 0
         try:
             with self.watching():
                 return evaluate(c.build, self.problem, description=c.description, bound=c.bound,
-                                knobs=dict(c.knobs), sims=None if self.large else self.sims)
+                                knobs=dict(c.knobs), sims=self.sims if self._cache_sims else None)
         except Abandoned as e:
             self.actions += self._ticks * 512   # the scheduler ticks every 512 actions
             return abandoned(c.description, c.bound, e.bound, dict(c.knobs))
