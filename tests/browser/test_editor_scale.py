@@ -178,5 +178,5 @@ def test_editor_at_scale(chromium_path, browser_output, tmp_path, ranks, microba
     print(f"\n{tag} ({n} actions): first full render {out['first_render_ms']:.0f} ms main thread "
           f"(a {out['first_message_mb']:.1f} MB message decoded, drawn, painted); zoomed in, drop -> redraw "
           f"{out['drop_to_redraw_ms']:.0f} ms in the page (reply parsed + drawn, last draw {out['draw_ms']:.0f} ms) "
-          f"after the kernel's {out['kernel_ms']:.0f} ms (edit, validate, simulate, pack, JSON)")
+          f"after the kernel's {out['kernel_ms']:.0f} ms (edit, validate, simulate, pack, serialize)")
     assert out["first_render_ms"] < 20_000 and out["drop_to_redraw_ms"] < 20_000   # not hung
