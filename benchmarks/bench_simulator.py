@@ -65,7 +65,7 @@ def main() -> None:
     assert naive == res.makespan, (naive, res.makespan)
     f, w = min(fresh), min(warm)
     print(f"schedule: torch ZBVZeroBubble, {p} ranks x {m} microbatches, {n} actions, "
-          f"makespan {res.makespan}, {res.rounds} fixpoint rounds")
+          f"makespan {res.makespan}, {res.rounds} sweeps of the lane solver")
     print(f"fresh schedule : {f * 1e3:7.2f} ms  -> {n / f:,.0f} actions/s (best of 7)")
     print(f"warm (cached)  : {w * 1e3:7.2f} ms  -> {n / w:,.0f} actions/s")
     print(f"naive loop     : {t_naive * 1e3:7.2f} ms  -> {n / t_naive:,.0f} actions/s (same makespan)")

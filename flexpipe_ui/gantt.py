@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import gantt_scale as gs
 from .costmodel import fits
 from .problem import StageCosts
 from .timeline import Metrics, Timeline, compute_metrics, memory_at
@@ -186,29 +187,39 @@ def _label_mode(labels: bool | str, tl: Timeline, n: int) -> str:
     raise GanttError(f"labels must be True, False, 'auto', 'mb', 'action', 'stage' or 'none', got {labels!r}")
 
 
-def _memory_panels(fig, go, tl: Timeline, curves, memory_limit, webgl: bool, mu: str) -> None:
-    """One memory-over-time step curve per rank under the Gantt, with the cap dashed."""
+def _memory_panels(fig, go, tl: Timeline, curves, memory_limit, webgl: bool, mu: str,
+                   groups: Sequence[range], view: tuple[float, float]) -> None:
+    """One memory-over-time step curve per rank under the Gantt (per group of ranks past 16
+    ranks: the range of its ranks' memory per pixel column), with the cap dashed."""
     peak = max(max((float(v.max()) for _, v in curves), default=0.0), memory_limit or 0.0)
     low = min(min((float(v.min()) for _, v in curves), default=0.0), memory_limit or np.inf)
     span = max(peak - low, 1e-9)
     bottom, top = max(0.0, low - 0.15 * span), peak + 0.1 * span
     fmt = ",.0f" if top >= 100 else ".3~g"      # 76,480 MiB, never 7.648e+04
     line_cls = go.Scattergl if webgl else go.Scatter   # 16 SVG panels of ~1.5k steps cost ~1 s
-    for r, (times, vals) in enumerate(curves):
-        x, y = _step_xy(times, vals, tl.makespan)
-        over = not fits(float(vals.max()), memory_limit)
+    for k, grp in enumerate(groups):
+        who = f"rank {grp[0]}" if len(grp) == 1 else f"ranks {grp[0]}-{grp[-1]}"
+        if len(grp) == 1:
+            times, vals = curves[grp[0]]
+            x, y = _step_xy(times, vals, tl.makespan)
+            shape = "hv"
+        else:
+            x, y = gs.group_curve(curves, grp, view)
+            shape = "linear"
+        over = not fits(max(float(curves[r][1].max()) for r in grp), memory_limit)
         fig.add_trace(line_cls(
-            x=x, y=y, mode="lines", line=dict(shape="hv", width=1.2, color="#d62728" if over else "#444"),
-            name=f"memory rank {r}", showlegend=False,
-            hovertemplate=f"rank {r} t=%{{x:,.4g}}: memory %{{y:{fmt}}}{mu}<extra></extra>"), row=2 + r, col=1)
+            x=x, y=y, mode="lines", line=dict(shape=shape, width=1.2, color="#d62728" if over else "#444"),
+            name=f"memory {who}", showlegend=False,
+            hovertemplate=f"{who} t=%{{x:,.4g}}: memory %{{y:{fmt}}}{mu}<extra></extra>"), row=2 + k, col=1)
         if memory_limit is not None:
             fig.add_trace(go.Scatter(
                 x=[0.0, max(tl.makespan, 1e-9)], y=[memory_limit, memory_limit], mode="lines",
-                line=dict(color="#d62728", dash="dash", width=1), showlegend=(r == 0),
+                line=dict(color="#d62728", dash="dash", width=1), showlegend=(k == 0),
                 name=f"memory cap {fmt_num(memory_limit)}{mu}", legendgroup="cap",
-                hovertemplate=f"cap {fmt_num(memory_limit)}{mu}<extra></extra>"), row=2 + r, col=1)
-        fig.update_yaxes(range=[bottom, top], nticks=3, tickformat=fmt, title_text=f"r{r}{mu}",
-                         title_standoff=2, title_font_size=9, tickfont_size=8, row=2 + r, col=1)
+                hovertemplate=f"cap {fmt_num(memory_limit)}{mu}<extra></extra>"), row=2 + k, col=1)
+        title = f"r{grp[0]}{mu}" if len(grp) == 1 else f"r{grp[0]}-{grp[-1]}{mu}"
+        fig.update_yaxes(range=[bottom, top], nticks=3, tickformat=fmt, title_text=title,
+                         title_standoff=2, title_font_size=9, tickfont_size=8, row=2 + k, col=1)
 
 
 def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str | None = None,
@@ -217,7 +228,8 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
                  idle: bool = True, highlight: Sequence[str] = (), height: int | None = None,
                  width: int | None = None, x_range: tuple[float, float] | None = None,
                  render: str = "auto", unit_costs: bool = False, color_by: str = "kind",
-                 window: tuple[float, float] | None = None, overview: bool | str = "auto"):
+                 window: tuple[float, float] | None = None, overview: bool | str = "auto",
+                 lod: bool | str = "auto"):
     """A plotly ``Figure`` of ``timeline`` (a ``Timeline`` or a ``SimResult``).
 
     ``costs`` enables the memory panels and memory in hover; ``metrics`` (computed if omitted) and
@@ -231,6 +243,13 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     readable; double-click shows all); ``overview`` adds a range slider under the chart ("auto":
     from ``OVERVIEW_MIN_BARS`` SVG bars). ``unit_costs`` says loudly that no problem was attached.
     Axes and hover carry units (ms, MiB) unless ``unit_costs``.
+
+    ``lod`` (level of detail, ``gantt_scale``): "auto" draws, for the window the figure opens on
+    (``window``, else the whole schedule) at its ``width``, the bars at least 3 px wide one by one
+    and merges thinner ones into grey "occupied" bands (hover: how many actions, from when to
+    when), if any bar is that thin; with a ``window`` only what is visible is drawn (draw another
+    window with another call). False draws every bar. Past 16 ranks lanes are 12 px and the
+    memory panels group ranks (16 panels, each the per-pixel range of its ranks' memory).
     """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -243,35 +262,46 @@ def gantt_figure(timeline: Any, costs: StageCosts | None = None, *, title: str |
     if metrics is None:
         metrics = compute_metrics(tl, costs)
     n = len(tl.actions)
-    label_mode = _label_mode(labels, tl, n)
     if render not in ("auto", "svg", "webgl"):
         raise GanttError(f"render must be 'auto', 'svg' or 'webgl', got {render!r}")
-    webgl = render == "webgl" or (render == "auto" and n > WEBGL_LIMIT)
+    if lod not in ("auto", True, False):
+        raise GanttError(f"lod must be 'auto', True or False, got {lod!r}")
+    view = tuple(window) if window is not None else (0.0, max(tl.makespan, 1e-9))
+    lv = gs.lod_view(tl, view, width) if lod and n else None
+    if lv is not None and not (lod is True or len(lv.band_lane) or window is not None):
+        lv = None                   # every bar is wide enough: draw them all, as always
+    drawn = n if lv is None else lv.shapes
+    label_mode = _label_mode(labels, tl, drawn)
+    webgl = render == "webgl" or (render == "auto" and drawn > WEBGL_LIMIT)
     tu, mu = units(unit_costs)
     R = tl.ranks
     with_mem = bool(memory and costs is not None and n and R)
-    rows = 1 + (R if with_mem else 0)
-    gantt_h = max(160, 28 * R + 90)
-    mem_h = 55 if R <= 8 else 38
-    show_overview = (not webgl and n >= OVERVIEW_MIN_BARS) if overview == "auto" else bool(overview)
+    groups = gs.memory_groups(R) if with_mem else []
+    rows = 1 + len(groups)
+    gantt_h = max(160, gs.lane_height(R) * R + 90)
+    mem_h = 55 if len(groups) <= 8 else 38
+    show_overview = (not webgl and drawn >= OVERVIEW_MIN_BARS) if overview == "auto" else bool(overview)
     if with_mem:
-        row_heights = [gantt_h] + [mem_h] * R
+        row_heights = [gantt_h] + [mem_h] * len(groups)
         fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.012 if R > 4 else 0.03,
                             row_heights=row_heights)
     else:
         fig = make_subplots(rows=1, cols=1)
     top_margin = 95
-    total_h = height or (gantt_h + (mem_h * R + 20 if with_mem else 0) + top_margin + 10
+    total_h = height or (gantt_h + (mem_h * len(groups) + 20 if with_mem else 0) + top_margin + 10
                          + (60 if show_overview else 0))
 
     mem_now, curves = (memory_at(tl, costs) if costs is not None and n else (np.zeros(n), []))
     lane_px = (gantt_h - 60) / max(R, 1)
     for tr in gantt_traces(tl, mem_now if costs is not None else None, labels=label_mode, idle=idle,
                            highlight=highlight, webgl=webgl, lane_px=lane_px, color_by=color_by,
-                           unit_costs=unit_costs):
+                           unit_costs=unit_costs, only=None if lv is None else lv.bars,
+                           view=None if lv is None else (view, width)):
         fig.add_trace(tr, row=1, col=1)
+    if lv is not None and len(lv.band_lane):
+        fig.add_trace(gs.band_trace(go, lv, tu), row=1, col=1)
     if with_mem:
-        _memory_panels(fig, go, tl, curves, memory_limit, webgl, mu)
+        _memory_panels(fig, go, tl, curves, memory_limit, webgl, mu, groups, view)
     fig.update_xaxes(title_text=f"time{' (' + TIME_UNIT + ')' if tu else ' (unit costs)'}", row=rows, col=1)
     if show_overview:
         fig.update_xaxes(rangeslider=dict(visible=True, thickness=0.05), row=rows, col=1)
@@ -307,7 +337,8 @@ def _bar_labels(mode: str, mbs: np.ndarray, stages: np.ndarray, names: np.ndarra
 def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool | str = True,
                  idle: bool = True, highlight: Sequence[str] = (), legendgroup_prefix: str = "",
                  showlegend: bool = True, yaxis_label: str = "rank", webgl: bool = False,
-                 lane_px: float = 22.0, color_by: str = "kind", unit_costs: bool = False) -> list:
+                 lane_px: float = 22.0, color_by: str = "kind", unit_costs: bool = False,
+                 only: np.ndarray | None = None, view: tuple | None = None) -> list:
     """The bar traces of one Gantt: an "idle" trace and one trace per kind (never one per bar).
 
     ``memory`` (per action, e.g. from ``memory_at``) adds memory to the hover text; ``highlight``
@@ -315,12 +346,18 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
     ``color_by="stage"`` colours each bar by its stage and hatches it by kind. ``webgl`` draws
     segments ``lane_px`` thick instead of bars (see ``WEBGL_LIMIT``). Used by ``gantt_figure`` and
     by side-by-side comparisons. Hover: action, stage, microbatch, start, end, duration (ms), memory (MiB).
+    ``only`` (indices) draws just those bars, ``view`` ((t0, t1), width) just the idle gaps wide
+    enough to see there (the level of detail, ``gantt_scale``).
     """
     tu, mu = units(unit_costs)
+    keep = None
+    if only is not None:
+        keep = np.zeros(len(tl.actions), bool)
+        keep[np.asarray(only, dtype=np.int64)] = True
     if webgl:
         return _webgl_traces(tl, memory, idle=idle, highlight=highlight, showlegend=showlegend,
                              legendgroup_prefix=legendgroup_prefix, yaxis_label=yaxis_label,
-                             lane_px=lane_px, tu=tu, mu=mu)
+                             lane_px=lane_px, tu=tu, mu=mu, keep=keep, view=view)
     import plotly.graph_objects as go
 
     mode = labels if isinstance(labels, str) else ("mb" if labels else "none")
@@ -333,7 +370,7 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
     hl = list(dict.fromkeys(map(str, highlight)))
     out = []
     if idle and n:
-        ir, is_, ie = idle_intervals(tl)
+        ir, is_, ie = _idle(tl, view)
         if len(ir):
             out.append(go.Bar(
                 name="idle", orientation="h", base=is_, x=ie - is_, y=ir, marker_color=IDLE_COLOR,
@@ -347,6 +384,10 @@ def gantt_traces(tl: Timeline, memory: np.ndarray | None = None, *, labels: bool
         hover += f"<br>memory %{{customdata[3]:,.4g}}{mu}"
     for kind in dict.fromkeys(a.kind for a in tl.actions):
         sel = kind_names == kind.name
+        if keep is not None:
+            sel &= keep
+            if not sel.any():
+                continue
         start, end = tl.start[sel], tl.end[sel]
         # dur from customdata: on a bar with a base, %{x} is the END (plotly adds the base)
         cd = np.stack([names[sel], start, end, mem_now[sel], stages[sel], tl.rank[sel], end - start,
@@ -381,8 +422,17 @@ def _segments(start: np.ndarray, end: np.ndarray, rank: np.ndarray) -> tuple[np.
             np.stack([rank.astype(float), rank.astype(float), gap], axis=1).ravel())
 
 
+def _idle(tl: Timeline, view) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``idle_intervals``, keeping (with a level-of-detail ``view``) the gaps visible there."""
+    ir, is_, ie = idle_intervals(tl)
+    if view is None:
+        return ir, is_, ie
+    ok = gs.visible_idle(ir, is_, ie, *view)
+    return ir[ok], is_[ok], ie[ok]
+
+
 def _webgl_traces(tl: Timeline, memory, *, idle, highlight, showlegend, legendgroup_prefix,
-                  yaxis_label, lane_px, tu="", mu="") -> list:
+                  yaxis_label, lane_px, tu="", mu="", keep=None, view=None) -> list:
     import plotly.graph_objects as go
 
     names = np.array([str(a) for a in tl.actions], dtype=object)
@@ -393,7 +443,7 @@ def _webgl_traces(tl: Timeline, memory, *, idle, highlight, showlegend, legendgr
     width = max(1.0, 0.8 * lane_px)
     out = []
     if idle and len(names):
-        ir, is_, ie = idle_intervals(tl)
+        ir, is_, ie = _idle(tl, view)
         if len(ir):
             x, y = _segments(is_, ie, ir)
             out.append(go.Scattergl(x=x, y=y, mode="lines", name="idle", hoverinfo="skip",
@@ -405,6 +455,10 @@ def _webgl_traces(tl: Timeline, memory, *, idle, highlight, showlegend, legendgr
         hover += f"<br>memory %{{customdata[3]:,.4g}}{mu}"
     for kind in dict.fromkeys(a.kind for a in tl.actions):
         sel = kind_names == kind.name
+        if keep is not None:
+            sel &= keep
+            if not sel.any():
+                continue
         start, end, rank = tl.start[sel], tl.end[sel], tl.rank[sel]
         x, y = _segments(start, end, rank)
         group = legendgroup_prefix + kind.name

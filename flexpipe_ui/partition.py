@@ -25,6 +25,7 @@ import numpy as np
 
 from .costmodel import fits, fits_mask
 from .problem import Problem
+from .watch import tick
 
 __all__ = ["PartitionError", "balanced_partition", "refine_for_ranks", "default_inflight",
            "stage_memory", "rank_memory", "rank_loads", "partition_from_sizes", "PartitionSummary",
@@ -77,27 +78,42 @@ def _inflight_array(inflight, num_stages: int, problem: Problem) -> np.ndarray:
     return arr
 
 
+def _band(num_stages: int, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) of every split a stage can take, as (stages × B × B) arrays with B = L - S + 1: stage s
+    starts at layer i in s .. s + B - 1 (each earlier stage holds a layer) and ends at j in
+    s + 1 .. s + B (each later one still gets a layer); everything else is infeasible anyway."""
+    B = num_layers - num_stages + 1
+    s = np.arange(num_stages)[:, None, None]
+    a = np.arange(B)
+    return s + a[None, :, None], s + 1 + a[None, None, :]
+
+
 def _dp(cost: np.ndarray, feasible: np.ndarray, num_stages: int, cap: float | None) -> tuple[float, list[int]] | None:
-    """DP over split points. ``cost[s, i, j]``: stage s takes layers i..j-1.
+    """DP over split points. ``cost[s, a, b]``: stage s takes layers s + a .. s + b (the band of
+    ``_band``: i = s + a, j = s + 1 + b).
 
     With ``cap`` None, minimise the max stage cost; else minimise Σ cost² with every cost <= cap.
     Returns (objective, boundaries) or None when no split is feasible.
     """
-    S, L1, _ = cost.shape
+    S, B, _ = cost.shape
+    L1 = S + B
     L = L1 - 1
     inf = np.inf
     best = np.full(L1, inf)
     best[0] = 0.0
     choice = np.zeros((S, L1), dtype=np.int64)
+    cols = np.arange(B)
     for s in range(S):
         c = np.where(feasible[s], cost[s], inf)
         if cap is None:
-            cand = np.maximum(best[:, None], c)
+            cand = np.maximum(best[s:s + B, None], c)
         else:
             c = np.where(c <= cap, c * c, inf)
-            cand = best[:, None] + c
-        choice[s] = np.argmin(cand, axis=0)
-        best = cand[choice[s], np.arange(L1)]
+            cand = best[s:s + B, None] + c
+        ch = np.argmin(cand, axis=0)
+        choice[s, s + 1:s + 1 + B] = s + ch
+        best = np.full(L1, inf)
+        best[s + 1:s + 1 + B] = cand[ch, cols]
     if not math.isfinite(best[L]):
         return None
     bounds = [L]
@@ -130,18 +146,16 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     infl = _inflight_array(inflight, num_stages, problem)
     work, act, mem = _layer_arrays(problem)
     pw, pa, pm = (np.r_[0.0, np.cumsum(x)] for x in (work, act, mem))
-    i, j = np.meshgrid(np.arange(L + 1), np.arange(L + 1), indexing="ij")
-    valid = j > i
-    seg_w = pw[j] - pw[i]
-    cost = np.broadcast_to(seg_w, (num_stages, L + 1, L + 1))
-    # stage s can only end at j if the remaining layers can still fill the remaining stages
-    base = valid[None] & (j[None] <= L - (num_stages - 1 - np.arange(num_stages))[:, None, None])
-    base &= i[None] >= np.arange(num_stages)[:, None, None]
-    seg_mem = (pm[j] - pm[i])[None] + infl[:, None, None] * (pa[j] - pa[i])[None]
+    # only the band of splits a stage can take (``_band``): O(S (L - S)^2), not O(S L^2)
+    i, j = _band(num_stages, L)
+    base = j > i
+    cost = pw[j] - pw[i]
+    seg_mem = (pm[j] - pm[i]) + infl[:, None, None] * (pa[j] - pa[i])
 
     masks: dict = {}
 
     def solve(caps: np.ndarray | None, weights: np.ndarray | None = None, spread: bool = True):
+        tick()  # a caller may stop a long partitioning (``flexpipe_ui.watch``)
         key = None if caps is None else caps.tobytes()
         feas = masks.get(key)
         if feas is None:
@@ -161,7 +175,7 @@ def balanced_partition(problem: Problem, num_stages: int, *, placement: Sequence
     else:
         part = _solve_with_rank_caps(solve, problem, placement, infl, float(limit))
         if part is None:
-            res = _dp(np.ascontiguousarray(np.broadcast_to(seg_mem, cost.shape)), base, num_stages, None)
+            res = _dp(seg_mem, base, num_stages, None)
             lo = res[0] if res is not None else float("inf")
             raise PartitionError(
                 f"no split of {L} layers into {num_stages} stages fits memory_limit={limit:g}: the "
@@ -303,6 +317,7 @@ def refine_for_ranks(problem: Problem, partition, placement, *, inflight=None,
 
     cur = score(bounds)
     for _ in range(max_moves):
+        tick()
         improved = False
         for k1 in range(1, S):
             for k2 in range(k1, min(S - 1, k1 + span - 1) + 1):

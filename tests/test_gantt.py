@@ -74,7 +74,7 @@ def test_big_schedule_is_webgl_with_few_traces():
     res = simulate(import_torch_schedule("zb-v", 16, 128))
     n = len(res.timeline.actions)
     assert n >= 12000 > WEBGL_LIMIT
-    fig = gantt_figure(res, highlight=["5I7"])
+    fig = gantt_figure(res, highlight=["5I7"], lod=False)   # every bar: WebGL
     assert len(fig.data) <= 1 + 2 * 3 + 1 + 16  # idle + (segments, hover markers) per kind + highlight + memory
     gl = [t for t in fig.data if t.type == "scattergl"]
     markers = [t for t in gl if t.mode == "markers"]
@@ -91,7 +91,39 @@ def test_big_schedule_is_webgl_with_few_traces():
     assert list(np.asarray(hl.x, float)[:2]) == list(res.timeline.of("5I7"))
     small = gantt_figure(simulate(import_torch_schedule("gpipe", 2, 2)), render="webgl")
     assert any(t.type == "scattergl" for t in small.data)
-    assert all(t.type != "scattergl" for t in gantt_figure(res, render="svg", memory=False).data)
+    assert all(t.type != "scattergl" for t in gantt_figure(res, render="svg", memory=False, lod=False).data)
+
+
+def test_level_of_detail_at_scale():
+    """Zoomed out, thin bars become bands (every action in a bar or a band, few shapes, SVG); a
+    window draws only what is visible; past 16 ranks the memory panels group ranks and keep peaks."""
+    from flexpipe_ui.library import build_named
+    from flexpipe_ui.presets import Transformer, gpt
+    problem = gpt(64, 256, model=Transformer(blocks=3 * 64, seq=1024))
+    res = simulate(build_named("zb-h1", problem), problem)
+    n = len(res.timeline.actions)
+    fig = gantt_figure(res, memory_limit=problem.memory_limit)
+    bands = [t for t in fig.data if t.name and t.name.startswith("occupied")]
+    bars = [t for t in _bars(fig) if not t.name.startswith("occupied")]
+    assert len(bands) == 1 and all(t.type == "bar" for t in fig.data if t.name and not t.name.startswith("memory"))
+    drawn = sum(len(t.base) for t in bars)
+    assert drawn + int(np.sum(np.asarray(bands[0].customdata)[:, 0])) == n
+    assert drawn + len(bands[0].base) < n / 5
+    assert "actions" in bands[0].hovertemplate
+    mem = [t for t in fig.data if t.name and t.name.startswith("memory ranks")]
+    assert len(mem) == 16 and mem[0].name == "memory ranks 0-3"
+    peaks = res.metrics.peak_memory
+    for k, t in enumerate(mem):
+        assert max(t.y) == pytest.approx(max(peaks[4 * k:4 * k + 4]))
+    assert fig.layout.height < 2000
+    # a window: only the bars in it, one by one, labelled where they fit (plotly hides the rest)
+    t0 = res.makespan * 0.5
+    win = gantt_figure(res, window=(t0, t0 + res.makespan / 60), memory=False)
+    tl = res.timeline
+    visible = int(((tl.end > t0) & (tl.start < t0 + res.makespan / 60)).sum())
+    shown = sum(len(t.base) for t in _bars(win) if not t.name.startswith("occupied"))
+    assert visible * 0.9 <= shown <= visible
+    assert all(len(t.text) == len(t.base) for t in _bars(win) if t.text is not None)
 
 
 def test_measured_timeline_and_highlight():

@@ -214,3 +214,26 @@ def test_one_history_edits_reset_and_load_survive_a_restart(zbv, tmp_path, monke
     assert [p.schedule.order for p in d2.history] == orders and "restored 4 edits" in d2.message
     d2.undo()
     assert d2.plan.schedule.order == d.history[-2].schedule.order and "load" in d2.message
+
+
+def test_editor_data_travels_as_binary_columns():
+    """GanttEditor.data on the wire: numeric columns as little-endian buffers that decode to the
+    very numbers of pack_timeline, names and labels joined, colours as a palette (data_to_wire)."""
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    from flexpipe_ui.widgets.gantt_editor import GanttEditor, data_to_wire
+    res = simulate(import_torch_schedule("zb-v", 4, 8))
+    ed = GanttEditor()
+    ed.show(res.timeline, res.costs, memory_limit=9.0)
+    plain = ed.data
+    state, paths, buffers = _remove_buffers(ed.get_state(["data"]))
+    assert buffers and all(p[0] == "data" for p in paths)
+    json.dumps(state)                                   # the rest is small JSON
+    wire = data_to_wire(plain)
+    b = wire["bars"]
+    assert b["name"].split("\n") == plain["bars"]["name"] and b["label"].split("\n") == plain["bars"]["label"]
+    for key, dtype in (("start", "<f8"), ("end", "<f8"), ("rank", "<i4"), ("mem", "<f8")):
+        assert np.frombuffer(b[key], dtype).tolist() == plain["bars"][key]
+    assert [b["palette"][k] for k in np.frombuffer(b["color"], "<u2")] == plain["bars"]["color"]
+    assert [np.frombuffer(c["v"], "<f8").tolist() for c in wire["memory"]] == [c["v"] for c in plain["memory"]]
+    assert data_to_wire({}) == {}

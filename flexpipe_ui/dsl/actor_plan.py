@@ -50,11 +50,14 @@ def _group_memory(eff: Mapping[str, tuple[float, float]], name: str) -> tuple[fl
 
 
 def memory_need(placement: Sequence[int], kinds_per_stage: Sequence[Sequence[str]], costs: StageCosts,
-                rank: int) -> tuple[float, float, float]:
+                rank: int, eff=None) -> tuple[float, float, float]:
     """(static memory, activations one microbatch keeps after its forwards, the largest allocation
     one action adds beyond that) on ``rank``: the list scheduler admits a microbatch when
-    static + holdings of the admitted ones + the second + the third fit the cap."""
-    eff = stage_memory(kinds_per_stage, costs)
+    static + holdings of the admitted ones + the second + the third fit the cap. ``eff``: the
+    ``costmodel.stage_memory`` of these kinds and costs, when the caller has it (one per call of
+    every rank otherwise)."""
+    if eff is None:
+        eff = stage_memory(kinds_per_stage, costs)
     static = hold = top = 0.0
     for s, r in enumerate(placement):
         if r != rank:

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from ..ir import Action, Schedule
 from ..kinds import get_kind
+from ..watch import tick
 
 __all__ = ["RankOrder", "phased"]
 
@@ -88,6 +89,7 @@ def phased(ranks: int, microbatches: int, placement: Sequence[int],
     """Build a schedule by calling ``per_rank(r, order)`` for every rank."""
     rows = []
     for r in range(ranks):
+        tick()  # a caller may stop a long generation between ranks (``flexpipe_ui.watch``)
         o = RankOrder(microbatches)
         per_rank(r, o)
         rows.append(tuple(o.row))

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from ..costmodel import fits
+from ..costmodel import fits, stage_memory
 from ..ir import Plan
 from ..kinds import get_kind
 from ..partition import balanced_partition
@@ -88,7 +88,7 @@ class Program:
                     raise RulesError(f"extra[{name!r}] names stages {out}, but there are {S} stages (0..{S - 1})")
         rank_rules = [self.rules.for_rank(r) for r in range(ranks)]
         limits = []
-        kps = None
+        kps = eff = None
         for r, rr in enumerate(rank_rules):
             if rr is not self.rules:
                 rr.check(f"rank {r} override")
@@ -113,7 +113,8 @@ class Program:
             if rr.memory_cap is not None:
                 if kps is None:
                     kps = stage_kinds(place, rank_rules, self.extra)
-                static, keep, top = memory_need(place, kps, costs, r)
+                    eff = stage_memory(kps, costs)   # once, not once per rank
+                static, keep, top = memory_need(place, kps, costs, r, eff)
                 need = static + keep + top
                 if rr.forwards_first:
                     all_fwd = static + microbatches * keep + top

@@ -14,6 +14,9 @@ Phases of one call (``list_schedule``), each a named function below:
    rank's counters and memory and readies the action's users;
 4. ``_orders``: each rank's list is its actions in start order.
 
+A caller may watch a long run (``flexpipe_ui.watch``): every ``_TICK`` actions the loop reports
+``_lower_bound`` (each lane's free time plus its remaining work), and the watcher may end it.
+
 Timing here only decides the order: the caller times the resulting ``Schedule`` with
 ``sim.simulate`` (the one simulator), which reproduces these times.
 
@@ -37,6 +40,7 @@ from ..costmodel import fits, memory_effects
 from ..ir import Action, Schedule
 from ..problem import StageCosts
 from ..validate import valid_by_construction
+from ..watch import active as active_watcher, tick
 from .actor_plan import _Plan, _prepare, memory_need, stage_kinds
 from .rules import Rules, RulesError
 
@@ -270,12 +274,14 @@ def _notify_users(P: _Plan, st: _State, g: int, m: int, end: float, dirty: set) 
 
 def _run(P: _Plan, st: _State) -> int:
     """The event loop: the lane with the earliest possible start runs its best action; returns
-    how many actions ran."""
+    how many actions ran. Every ``_TICK`` actions it tells the watcher (``flexpipe_ui.watch``, if
+    one is installed) a lower bound on the makespan, so a caller can stop it."""
     for L in range(P.n_lanes):
         if P.lane_groups[L]:
             _push(P, st, L)
     done = 0
     heap, version, pop = st.heap, st.version, heapq.heappop
+    watcher = active_watcher()
     while heap:
         t, L, ver = pop(heap)
         if ver != version[L]:
@@ -286,7 +292,24 @@ def _run(P: _Plan, st: _State) -> int:
         done += 1
         for x in _start(P, st, g, t, L):
             _push(P, st, x)
+        if watcher is not None and not done % 512:
+            # a stop check every 512 actions (a few ms), a lower bound every _TICK
+            watcher(_lower_bound(P, st) if not done % _TICK else None)
     return done
+
+
+_TICK = 2048
+"""Actions between two lower bounds reported to the watcher."""
+
+
+def _lower_bound(P: _Plan, st: _State) -> float:
+    """No schedule these actors finish ends before this: each lane still has to run its remaining
+    actions one at a time after its last one ends (switch costs only add)."""
+    rem = [0.0] * P.n_lanes
+    M = P.M
+    for g, L in enumerate(P.lane):
+        rem[L] += (M - st.head[g]) * P.dur[g]
+    return max(f + r for f, r in zip(st.free, rem))
 
 
 def _orders(P: _Plan, st: _State, placement) -> Schedule:
@@ -294,6 +317,8 @@ def _orders(P: _Plan, st: _State, placement) -> Schedule:
     M = P.M
     order, starts = [], []
     for r in range(P.ranks):
+        if not r % 16:
+            tick()
         row = st.ran[r]
         if len(P.lanes_of_rank[r]) > 1:
             row.sort(key=lambda x: (x[0], x[1]))

@@ -43,7 +43,7 @@ from ..costmodel import (backward_time, first_backward, hold_area, hops_latency,
                          stage_work)
 from ..problem import Problem, StageCosts
 
-__all__ = ["Bounds", "time_bounds", "memory_time_bound", "ideal_makespan",
+__all__ = ["Bounds", "time_bounds", "rank_ends", "memory_time_bound", "ideal_makespan",
            "packing_makespan", "fill_offsets", "fill_packing_makespan", "chain_makespan", "plan_bound",
            "stage_costs_cached"]
 
@@ -80,16 +80,7 @@ def time_bounds(costs: StageCosts, placement: Sequence[int], ranks: int, microba
     (e.g. recompute re-running F)."""
     place = np.asarray(placement)
     S = len(place)
-    per_mb = stage_work(costs)[2]
-    if extra_work is not None:
-        per_mb = per_mb + extra_work
-    busy = np.bincount(place, weights=per_mb * microbatches, minlength=ranks)
-    cross = np.r_[0, (place[1:] != place[:-1]).astype(int)]
-    # arrival of microbatch 0's input at stage s: forwards of stages < s plus crossings up to s
-    arrive = np.r_[0.0, np.cumsum(costs.f)[:-1]] + hops_latency(costs, cross)
-    head = np.full(ranks, np.inf)
-    np.minimum.at(head, place, arrive)
-    head[~np.isfinite(head)] = 0.0
+    busy, head, arrive, cross = _work_terms(costs, place, ranks, microbatches, extra_work)
     work = float((busy + head).max()) if S else 0.0
     hops = int(cross.sum())
     if not S:
@@ -104,6 +95,30 @@ def time_bounds(costs: StageCosts, placement: Sequence[int], ranks: int, microba
     np.maximum.at(big, place, least_hold(costs))
     release = _release_bound(costs, place, ranks, microbatches, arrive, cross, extra_work) if S else 0.0
     return Bounds(work=work, chain=chain, release=release, memory=float((static + big).max()))
+
+
+def _work_terms(costs: StageCosts, place: np.ndarray, ranks: int, microbatches: int,
+                extra_work: np.ndarray | None = None):
+    """(busy, head, arrive, cross) of ``Bounds.work``: per rank its compute and the earliest its
+    first input can arrive; per stage microbatch 0's arrival and whether it crosses ranks."""
+    per_mb = stage_work(costs)[2]
+    if extra_work is not None:
+        per_mb = per_mb + extra_work
+    busy = np.bincount(place, weights=per_mb * microbatches, minlength=ranks)
+    cross = np.r_[0, (place[1:] != place[:-1]).astype(int)]
+    # arrival of microbatch 0's input at stage s: forwards of stages < s plus crossings up to s
+    arrive = np.r_[0.0, np.cumsum(costs.f)[:-1]] + hops_latency(costs, cross)
+    head = np.full(ranks, np.inf)
+    np.minimum.at(head, place, arrive)
+    head[~np.isfinite(head)] = 0.0
+    return busy, head, arrive, cross
+
+
+def rank_ends(costs: StageCosts, placement: Sequence[int], ranks: int, microbatches: int) -> np.ndarray:
+    """Per rank, the earliest it can finish: its compute after its first input arrives (the
+    terms of ``Bounds.work``, whose maximum it is)."""
+    busy, head, _, _ = _work_terms(costs, np.asarray(placement), ranks, microbatches)
+    return busy + head
 
 
 def _release_bound(costs: StageCosts, place: np.ndarray, ranks: int, microbatches: int,

@@ -66,7 +66,8 @@ def _cmd_auto(args) -> int:
     def progress(ev) -> None:
         if ev.best_makespan < best[0]:
             best[0] = ev.best_makespan
-            print(f"[{ev.elapsed:6.2f}s] #{ev.evaluated:<4} {ev.phase:<7} best {ev.best_makespan:.6g}  "
+            left = f" (~{ev.estimate:.0f}s to go)" if ev.estimate is not None else ""
+            print(f"[{ev.elapsed:6.2f}s] #{ev.evaluated:<4} {ev.phase:<7} best {ev.best_makespan:.6g}{left}  "
                   f"{ev.description}", file=sys.stderr)
 
     res = auto_search(problem, time_limit=args.time_limit, seed=args.seed, top=args.top,

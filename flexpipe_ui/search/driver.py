@@ -39,7 +39,7 @@ from . import phases
 from . import space as sp
 from .options import SearchOptions, default_budget, options_with
 from .result import NoFeasiblePlan, Progress, SearchCancelled, SearchResult, build_result
-from .state import SearchState
+from .state import SearchState, Stopped
 
 __all__ = ["Progress", "SearchResult", "NoFeasiblePlan", "SearchCancelled", "SearchOptions",
            "auto_search", "auto", "default_budget"]
@@ -81,13 +81,23 @@ def _search(problem: Problem, opts: SearchOptions) -> SearchResult:
     S = SearchState(problem, seed=opts.seed, time_limit=opts.time_limit,
                     max_evals=opts.max_evals if opts.max_evals is not None else d_evals,
                     max_actions=opts.max_actions if opts.max_actions is not None else d_actions,
-                    progress=opts.progress, stop=opts.stop or (lambda: False), top=opts.top)
-    S.phase = "seeds"
+                    progress=opts.progress, stop=opts.stop or (lambda: False), top=opts.top,
+                    abandon=opts.abandon)
+    try:
+        with S.watching():  # stop() ends even a long partitioning, build or simulation
+            _phases(problem, opts, S)
+    except Stopped:
+        pass  # S.stopped says "cancelled"; what was found so far is the result
+    return build_result(problem, S, opts.top)
+
+
+def _phases(problem: Problem, opts: SearchOptions, S: SearchState) -> None:
+    S.begin("seeds")
     # seeds first, cheapest bound first: a seed is skipped only when its lower bound already
     # cannot beat the incumbent, so the result is never worse than the best seed
     parts: dict = {}  # splits per placement, shared by seeds and programs
     S.run_list(sp.seed_candidates(problem, parts))
-    S.phase = "explore"
+    S.begin("explore")
     structs = sp.structures(problem, opts.chunks, parts)
     S.run_list(sp.program_candidates(problem, only=structs))
     # memory binds when something faster than the best fitting plan was over the cap: then
@@ -96,15 +106,15 @@ def _search(problem: Problem, opts: SearchOptions) -> SearchResult:
     order = (phases.memory_repair, phases.sweep) if binds else (phases.sweep, phases.memory_repair)
     for phase in order:
         phase(S, structs)
-    S.phase = "refine"
+    S.begin("refine")
     phases.refine(S)
+    phases.rebalance(S)
     if opts.exact > 0:
-        S.phase = "exact"
+        S.begin("exact")
         if S.stopped == "optimal":
             S.exact_runs = [{"status": "skipped: the best plan meets the plan bound (optimal)"}]
         else:
             phases.polish(S, float(opts.exact))
-    return build_result(problem, S, opts.top)
 
 
 def auto(problem: Problem, options: SearchOptions | None = None, **fields) -> Plan:

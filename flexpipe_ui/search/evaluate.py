@@ -7,7 +7,7 @@ and for memory-aware re-partitioning, never returned).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -18,7 +18,7 @@ from ..problem import Problem
 from ..sim import SimResult, simulate
 from ..timeline import Timeline, memory_events
 
-__all__ = ["Scored", "evaluate", "stage_inflight", "fits_memory"]
+__all__ = ["Scored", "evaluate", "abandoned", "stage_inflight", "fits_memory"]
 
 def fits_memory(peak: float, limit: float | None) -> bool:
     """``costmodel.fits`` (kept under this name for the search's callers)."""
@@ -27,7 +27,7 @@ def fits_memory(peak: float, limit: float | None) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Scored:
-    """A candidate after simulation."""
+    """A candidate after simulation (or after it failed, or was abandoned: ``error`` says)."""
 
     description: str
     plan: Plan | None
@@ -38,15 +38,32 @@ class Scored:
     bound: float = 0.0
     error: str = ""
     knobs: dict = field(default_factory=dict)
+    sizes: tuple[int, ...] = ()
+    """Layers per stage of its split (kept when the plan is dropped, ``slim``)."""
+    peaks: tuple[float, ...] = ()
+    """Simulated peak memory per rank."""
+    inflight: tuple[float, ...] = ()
+    """Over the memory cap: ``stage_inflight`` of its simulation (what the memory repair re-splits
+    with), kept when the plan is dropped."""
 
     @property
     def ok(self) -> bool:
-        return self.plan is not None and math.isfinite(self.makespan) and self.fits
+        return not self.error and math.isfinite(self.makespan) and self.fits
+
+    @property
+    def built(self) -> bool:
+        """Built and simulated (over the memory cap or not), not failed or abandoned."""
+        return not self.error
 
     @property
     def score(self) -> float:
         """Makespan if usable, else infinity (failed and over-memory candidates)."""
         return self.makespan if self.ok else math.inf
+
+    def slim(self) -> "Scored":
+        """The same score without the plan and its simulation (a search keeps those only for the
+        few it may still return or build on)."""
+        return replace(self, plan=None, result=None)
 
 
 def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, bound: float = 0.0,
@@ -70,8 +87,16 @@ def evaluate(build: Callable[[], Plan], problem: Problem, *, description: str, b
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return Scored(description, None, None, math.inf, math.inf, False, bound, msg, knobs)
     peak = res.metrics.max_peak_memory
-    return Scored(description, plan, res, res.metrics.makespan, peak,
-                  fits_memory(peak, problem.memory_limit), bound, "", knobs)
+    fit = fits_memory(peak, problem.memory_limit)
+    return Scored(description, plan, res, res.metrics.makespan, peak, fit, bound, "", knobs,
+                  tuple(len(p) for p in plan.partition or ()), tuple(res.metrics.peak_memory),
+                  () if fit else tuple(stage_inflight(res).tolist()))
+
+
+def abandoned(description: str, bound: float, lower: float, knobs: dict | None = None) -> Scored:
+    """A candidate whose generation stopped once it proved it cannot be faster than ``lower``."""
+    return Scored(description, None, None, math.inf, math.inf, False, bound,
+                  f"abandoned: makespan >= {lower:.6g}", dict(knobs or {}))
 
 
 def _schedule_key(plan: Plan) -> tuple:

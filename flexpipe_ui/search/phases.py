@@ -4,14 +4,17 @@ scores them."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from ..partition import PartitionError, balanced_partition, rank_loads
+import numpy as np
+
+from ..partition import PartitionError, balanced_partition, partition_from_sizes, rank_loads
 from . import exact as ex
 from .candidates import Candidate
 from .evaluate import Scored, evaluate, stage_inflight
 from .state import SearchState
 
-__all__ = ["repair", "memory_repair", "refine", "polish", "sweep", "best_structures"]
+__all__ = ["repair", "memory_repair", "refine", "rebalance", "polish", "sweep", "best_structures"]
 
 
 def repair(S: SearchState, make_variants, max_evals: int = 70) -> None:
@@ -37,7 +40,7 @@ def _repair_round(S: SearchState, todo, make_variants, limit, stop_at: int) -> N
     for s, c in todo:
         if S.out_of_budget() or len(S.scored) >= stop_at:
             return
-        infl = stage_inflight(s.result)
+        infl = np.asarray(s.inflight) if s.inflight else stage_inflight(S.result_of(s))
         try:
             part = balanced_partition(S.problem, len(c.placement), placement=c.placement,
                                       inflight=infl, memory_limit=limit)
@@ -55,15 +58,14 @@ def refine(S: SearchState, rounds: int = 6) -> None:
     """Hill-climb on the three best candidates: move one stage boundary by one layer
     (``_neighbours``), rebuild the same program, keep the first improvement."""
     pool = sorted((s for s in S.scored if s.ok), key=lambda s: s.makespan)
-    starts = []
+    starts: list = []   # (candidate, its best score), taken now: later scores may be trimmed copies
     for s in pool:
         c = S.candidate_of(s)
-        if c is not None and c not in starts:
-            starts.append(c)
+        if c is not None and all(c is not x for x, _ in starts):
+            starts.append((c, s))
         if len(starts) >= 3:
             break
-    for c in starts:
-        cur_s = next(s for s in pool if S.candidate_of(s) is c)
+    for c, cur_s in starts:
         cur, cur_ms = c, cur_s.makespan
         for _ in range(rounds):
             if S.out_of_budget():
@@ -79,6 +81,92 @@ def refine(S: SearchState, rounds: int = 6) -> None:
             if not improved:
                 break
 
+def rebalance(S: SearchState, rounds: int = 4) -> None:
+    """Move layers between distant ranks by measured idle time: the busiest ranks that idled most
+    in the best plan's simulation give a layer each to lighter ranks that idled least
+    (``_transfers``); keep a rebuild that is faster, up to ``rounds`` times.
+
+    Why: which of several equally loaded ranks carries the extra layer decides how much of the
+    fill it waits through (in a V the first ranks wait for the microbatch to come back, under a
+    memory cap they cannot cover that with forwards), which no bound sees; one-layer moves between
+    neighbours (``refine``) would need dozens of steps to carry it there."""
+    for _ in range(rounds):
+        if S.out_of_budget() or S.best is None:
+            return
+        best = S.best
+        c = S.candidate_of(best)
+        if c is None:
+            return
+        improved = False
+        for nb in _transfers(S, c, S.result_of(best)):
+            s = S.consider(nb)
+            if s is not None and s.ok and s.makespan < best.makespan * (1 - 1e-12):
+                improved = True
+                break
+            if S.out_of_budget():
+                return
+        if not improved:
+            return
+
+
+def _transfers(S: SearchState, c: Candidate, res) -> list[Candidate]:
+    """Splits that move one layer from each of the busiest ranks with the most idle time to the
+    light ranks with the least (all of them at once, then the single best move), predicting each
+    rank's end as its busy time (changed by the moved work) plus the idle time it had."""
+    p = S.problem
+    m = p.microbatches
+    place = np.asarray(c.placement)
+    sizes = [len(x) for x in c.partition]
+    work = np.array([l.f + l.b + l.w for l in p.layers], float)
+    tl = res.timeline
+    busy = np.bincount(tl.rank, weights=tl.end - tl.start, minlength=p.ranks)
+    idle = res.makespan - busy
+    loads = _loads(work, sizes, place, p.ranks)
+    top = loads.max()
+
+    def predicted(sz):
+        new = _loads(work, sz, place, p.ranks)
+        return float(np.max(busy + (new - loads) * m + idle)), new
+
+    cur = predicted(sizes)[0]
+    givers = [int(r) for r in np.argsort(-idle, kind="stable") if loads[r] >= top * (1 - 1e-9)]
+    moves = []
+    batch = list(sizes)
+    for g in givers:
+        st = [s for s in np.flatnonzero(place == g) if batch[s] >= 2]
+        if not st:
+            continue
+        gs = max(st, key=lambda s: (batch[s], s))
+        best = None
+        for r in np.argsort(idle, kind="stable"):
+            if loads[r] >= top * (1 - 1e-9):
+                continue
+            for rs in np.flatnonzero(place == r):
+                trial = list(batch)
+                trial[gs] -= 1
+                trial[rs] += 1
+                pred, new = predicted(trial)
+                if new.max() <= top * (1 + 1e-9) and (best is None or pred < best[0]):
+                    best = (pred, trial)
+            if best is not None:
+                break   # the least idle light rank that can take it
+        if best is not None and best[0] < cur:
+            if len(moves) == 0:
+                moves.append(best[1])
+            batch = best[1]
+    out = []
+    for sz in ([batch] if batch != sizes else []) + [x for x in moves if x != batch]:
+        out.append(c.moved(partition_from_sizes(sz), _base(c.description) + f", refined split {_sizes_text(sz)}"))
+    return out
+
+
+def _loads(work: np.ndarray, sizes, place: np.ndarray, ranks: int) -> np.ndarray:
+    """Per-rank work of one microbatch for layer counts per stage."""
+    edges = np.r_[0, np.cumsum(sizes)]
+    pre = np.r_[0.0, np.cumsum(work)]
+    return np.bincount(place, weights=pre[edges[1:]] - pre[edges[:-1]], minlength=ranks)
+
+
 def polish(S: SearchState, seconds: float, structures: int = 3) -> None:
     """Polish the best plan of each of the ``structures`` best distinct (placement, partition)
     pairs with CP-SAT, sharing ``seconds``; a faster order joins the scored plans."""
@@ -88,7 +176,12 @@ def polish(S: SearchState, seconds: float, structures: int = 3) -> None:
         return
     pool, seen = [], set()
     for s in sorted((s for s in S.scored if s.ok), key=lambda s: s.makespan):
-        key = (s.plan.schedule.placement, s.plan.partition)
+        c = S.candidate_of(s)
+        plan = s.plan if s.plan is not None or c is None else S.plan_of(s)
+        if plan is None:
+            continue
+        s = replace(s, plan=plan) if s.plan is None else s
+        key = (plan.schedule.placement, plan.partition)
         if key not in seen:
             seen.add(key)
             pool.append(s)
@@ -114,8 +207,8 @@ def _neighbours(S: SearchState, c: Candidate, scored: Scored) -> list[Candidate]
     p = S.problem
     loads = rank_loads(p, c.partition, c.placement)
     relieve = {int(loads.argmax())}
-    if p.memory_limit is not None and scored.result is not None:
-        peaks = scored.result.metrics.peak_memory
+    if p.memory_limit is not None and scored.peaks:
+        peaks = scored.peaks
         relieve.add(int(max(range(len(peaks)), key=peaks.__getitem__)))
     sizes = [len(x) for x in c.partition]
     out = []
@@ -142,13 +235,14 @@ def best_structures(S: SearchState, structs: list, k: int) -> list:
     best: dict = {}
     for sc in S.scored:
         c = S.candidate_of(sc)
-        if c is None or sc.plan is None:
+        if c is None or not sc.built:
             continue
         key = (c.placement, c.partition)
         val = sc.makespan if sc.fits else sc.makespan * 10
         best[key] = min(best.get(key, float("inf")), val)
     ranked = sorted(best, key=best.get)[:k]
-    return [st for st in structs if (st[1], st[3]) in ranked]
+    # best first (the sweep takes the first as "the best structure")
+    return sorted((st for st in structs if (st[1], st[3]) in ranked), key=lambda st: ranked.index((st[1], st[3])))
 
 
 def _sizes_text(sizes) -> str:
@@ -171,7 +265,7 @@ def sweep(S: SearchState, structs: list) -> None:
     """The whole rule grid on the best structure; on the runner-up only the six rule sets that
     did best on the winner."""
     from . import space as sp
-    S.phase = "sweep"
+    S.begin("sweep")
     top2 = best_structures(S, structs, 2)
     first = sp.program_candidates(S.problem, only=top2[:1], rules=sp.all_rules)
     S.run_list(first)
@@ -189,7 +283,7 @@ def memory_repair(S: SearchState, structs: list) -> None:
     structures (memory may bind even when the capped list scheduler fits), pruned by a bound that
     charges the re-run forwards."""
     from . import space as sp
-    S.phase = "repair"
+    S.begin("repair")
     repair(S, lambda c, s: sp.memory_variants(S.problem, c, s))
     if S.problem.memory_limit is not None:
         S.run_list(sp.recompute_candidates(S.problem, best_structures(S, structs, 2)))

@@ -44,13 +44,19 @@ class Progress:
     elapsed: float
     """Seconds since the search started."""
     phase: str = ""
-    """seeds, explore, repair or refine."""
+    """seeds, explore, sweep, repair, refine or exact."""
     pruned: int = 0
     """Candidates skipped by their lower bound."""
     description: str = ""
     """Description of the best candidate."""
     best_result: Any = None
     """The best plan's ``SimResult`` (so a progress callback that draws it never re-simulates)."""
+    fraction: float = 0.0
+    """Share of the search done, roughly (by phase, then by candidates within the phase)."""
+    estimate: float | None = None
+    """Seconds still to go, roughly (elapsed time scaled by ``fraction``); None this early."""
+    abandoned: int = 0
+    """Builds ended early because they proved they could not win (``SearchOptions.abandon``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +87,8 @@ class SearchResult:
         st = self.stats
         ratio = f"; best is {self.makespan / self.lower_bound:.3f}x of it" if self.lower_bound > 0 else ""
         lines.append(f"lower bound {self.lower_bound:.6g} (no plan is faster: work / ranks, whole layers, pipeline "
-                     f"fill{ratio}); {st['evaluated']} simulated, "
+                     f"fill{ratio}); {st['evaluated'] - st.get('abandoned', 0)} simulated, "
+                     f"{st.get('abandoned', 0)} abandoned mid-build, "
                      f"{st['pruned']} pruned, {st['over_memory']} over memory in {st['elapsed_s']:.2f} s "
                      f"(stopped: {st['stopped']})")
         if self.best_seed is not None:
@@ -97,7 +104,7 @@ def build_result(problem: Problem, S, top: int) -> SearchResult:
     says why there is none."""
     good = sorted((s for s in S.scored if s.ok), key=lambda s: (s.makespan, s.peak))
     stats = {"evaluated": len(S.scored), "pruned": S.pruned, "failed": S.failed,
-             "over_memory": len(S.over), "elapsed_s": round(S.elapsed(), 4),
+             "abandoned": S.abandoned, "over_memory": len(S.over), "elapsed_s": round(S.elapsed(), 4),
              "stopped": S.stopped or "exhausted", "budget": S.max_evals, "actions": S.actions,
              "action_budget": S.max_actions}
     if S.exact_runs is not None:
@@ -107,7 +114,7 @@ def build_result(problem: Problem, S, top: int) -> SearchResult:
     # distinct plans for the top-K
     seen, cands = set(), []
     for s in good:
-        key = (s.description, tuple(len(p) for p in s.plan.partition or ()))
+        key = (s.description, s.sizes)
         if key in seen:
             continue
         seen.add(key)
@@ -125,8 +132,8 @@ def build_result(problem: Problem, S, top: int) -> SearchResult:
                            "best_seed": S.best_seed.description if S.best_seed else None,
                            "best_seed_makespan": S.best_seed.makespan if S.best_seed else None},
                 "knobs": dict(s.knobs),
-                "source_meta": dict(s.plan.meta)}
-        out.append((s.plan.with_meta(**meta), s.result, s.description))
+                "source_meta": dict(S.plan_of(s).meta)}
+        out.append((S.plan_of(s).with_meta(**meta), S.result_of(s), s.description))
     seed = None
     if S.best_seed is not None:
         seed = (S.best_seed.plan, S.best_seed.result, S.best_seed.description)
@@ -139,7 +146,7 @@ def _no_plan_error(problem: Problem, S) -> Exception:
     if S.stopped == "cancelled":
         return SearchCancelled(f"search cancelled after {len(S.scored)} evaluations, before any plan "
                                "fitting the memory cap was found")
-    built = [s for s in S.scored if s.plan is not None]
+    built = [s for s in S.scored if s.built]
     if not built:
         low, desc = S.min_memory
         if limit is not None and low > limit:
@@ -153,7 +160,7 @@ def _no_plan_error(problem: Problem, S) -> Exception:
         return NoFeasiblePlan(f"no candidate could be built ({len(S.scored)} tried): {reasons}",
                               smallest_peak=math.inf, memory_limit=limit)
     low = min(built, key=lambda s: s.peak)
-    static = max(low.result.metrics.static_memory)
+    static = max(S.result_of(low).metrics.static_memory)
     return NoFeasiblePlan(
         f"nothing fits memory_limit={limit:g}: the smallest simulated per-rank peak among "
         f"{len(built)} plans is {low.peak:.6g} ({low.description}; static {static:.6g} of it). "

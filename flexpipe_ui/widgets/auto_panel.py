@@ -257,8 +257,10 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self.evaluated = p.evaluated
         if p.best_makespan < self.best_makespan:
             self.best_makespan = p.best_makespan
+        left = getattr(p, "estimate", None)
         self.status = (f"{p.phase}: {p.evaluated}/{p.total} evaluated, best {p.best_makespan:,.4g} ms "
-                       f"({html.escape(p.description)}) · {p.elapsed:.1f} s")
+                       f"({html.escape(p.description)}) · {p.elapsed:.1f} s"
+                       + (f" · about {left:.0f} s to go" if left is not None else ""))
 
     def _draw(self, plan, sim, final: bool = False) -> None:
         import json

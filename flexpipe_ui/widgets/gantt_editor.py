@@ -1,5 +1,10 @@
 """``GanttEditor``: the draggable Gantt (an anywidget; front end in ``gantt_editor.js``, bundled).
 
+At scale the front end draws only the time window in view (zoom and pan on the time axis), merges
+bars too thin to see into "occupied" bands, labels a bar only when its label fits, and scrolls
+the rank lanes and memory panels past ``gantt_lod.MAX_LANES`` ranks: the rules of
+``flexpipe_ui.gantt_lod``, whose constants travel in ``data["lod"]``.
+
 The Python side packs a timeline into plain arrays (the ``data`` trait) and receives what the
 user did as traits the front end sets: ``drop`` (a bar let go at a time and rank), ``selected``
 (a clicked bar), ``command`` (a key: earlier/later/swap/undo/redo). It never interprets them: the
@@ -16,10 +21,11 @@ import numpy as np
 import traitlets
 
 from ..gantt import units
+from ..gantt_lod import lod_constants
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
-__all__ = ["GanttEditor", "pack_timeline"]
+__all__ = ["GanttEditor", "pack_timeline", "data_to_wire"]
 
 _CSS = """
 .fp-editor { outline: none; width: 100%; font: 11px sans-serif; user-select: none; }
@@ -30,6 +36,11 @@ _CSS = """
 .fp-bar.fp-bad { stroke: #ff0000; stroke-width: 3; }
 .fp-bar.fp-dragging { opacity: 0.75; cursor: grabbing; stroke: #000; stroke-width: 1.5; }
 .fp-label { fill: #fff; font-size: 10px; pointer-events: none; }
+.fp-band { fill: #9aa3ad; opacity: 0.85; }
+.fp-band:hover { fill: #6b7580; }
+.fp-axis-strip { fill: #f6f6f6; cursor: ew-resize; }
+.fp-axis-hint { fill: #888; font-size: 9px; }
+.fp-lanes-box, .fp-mem-box { overflow-x: hidden; }
 .fp-rank, .fp-axis text, .fp-memlab { fill: #444; font-size: 10px; }
 .fp-memlab { font-size: 9px; }
 .fp-cap { stroke: #d62728; stroke-dasharray: 4 3; stroke-width: 1; }
@@ -70,7 +81,36 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
     tu, mu = units(unit_costs)
     return {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
             "memory_limit": memory_limit, "version": int(version),
-            "units": {"time": tu.strip(), "memory": mu.strip()}}
+            "units": {"time": tu.strip(), "memory": mu.strip()}, "lod": lod_constants()}
+
+
+_COLUMNS = {"rank": "<i4", "start": "<f8", "end": "<f8", "stage": "<i4", "index": "<i4", "side": "<u1",
+            "mem": "<f8"}
+
+
+def data_to_wire(data: dict, widget=None) -> dict:
+    """The ``data`` trait as it travels to the page: numeric bar columns and memory curves as
+    little-endian binary buffers (ipywidgets sends them as they are: no JSON for 100k numbers, and
+    its buffer search does not walk 100k-element lists), names and labels as one newline-joined
+    string each, colours as a palette and a per-bar index. The page decodes it once per version;
+    the Python side keeps the plain lists (``pack_timeline``)."""
+    bars = (data or {}).get("bars")
+    if not bars or "name" not in bars:
+        return data
+    wire = {k: v for k, v in data.items() if k not in ("bars", "memory")}
+    b: dict = {"packed": 1, "n": len(bars["name"]), "name": "\n".join(bars["name"]),
+               "label": "\n".join(map(str, bars["label"]))}
+    for key, dtype in _COLUMNS.items():
+        if key in bars:
+            b[key] = memoryview(np.asarray(bars[key], dtype=dtype).tobytes())
+    palette = list(dict.fromkeys(bars["color"]))
+    where = {c: i for i, c in enumerate(palette)}
+    b["palette"] = palette
+    b["color"] = memoryview(np.array([where[c] for c in bars["color"]], "<u2").tobytes())
+    wire["bars"] = b
+    wire["memory"] = [{"t": memoryview(np.asarray(c["t"], "<f8").tobytes()),
+                       "v": memoryview(np.asarray(c["v"], "<f8").tobytes())} for c in data.get("memory", [])]
+    return wire
 
 
 class GanttEditor(anywidget.AnyWidget):
@@ -79,8 +119,8 @@ class GanttEditor(anywidget.AnyWidget):
     _esm = Path(__file__).with_name("gantt_editor.js")
     _css = _CSS
 
-    data = traitlets.Dict().tag(sync=True)
-    """What to draw (``pack_timeline``); Python → browser."""
+    data = traitlets.Dict().tag(sync=True, to_json=data_to_wire)
+    """What to draw (``pack_timeline``); Python → browser (binary on the wire: ``data_to_wire``)."""
     highlight = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Action names outlined in red (a validator error's actions)."""
     selected = traitlets.Unicode("").tag(sync=True)

@@ -157,15 +157,47 @@ window.__fp_draw = async (data) => {{
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   return performance.now() - t0;
 }};
+// as the kernel's message arrives: JSON text parsed, set, drawn, painted (ms of main thread)
+window.__fp_reply = async (text) => {{
+  const t0 = performance.now();
+  model.set("data", JSON.parse(text));
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t0;
+}};
+// as the widget's comm delivers it: the JSON state with binary buffers put back at their paths
+// (ipywidgets' _put_buffers), buffers given in base64 (decoded before the clock starts)
+window.__fp_reply_wire = async (text, paths, b64) => {{
+  const bufs = b64.map((s) => {{ const bin = atob(s); const u = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i); return new DataView(u.buffer); }});
+  const t0 = performance.now();
+  const state = JSON.parse(text);
+  paths.forEach((p, k) => {{ let o = state; for (const key of p.slice(0, -1)) o = o[key]; o[p[p.length - 1]] = bufs[k]; }});
+  model.set("data", state.data);
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t0;
+}};
 window.__fp_ready = true;
 </script></body></html>"""
 
 
 def editor_test_page(path: Path) -> Path:
     """A plain page running the editor's ES module on a fake anywidget model (no Jupyter):
-    ``window.__fp_draw(data)`` draws and returns ms; ``window.__fp_sets`` records ``model.set``."""
+    ``window.__fp_draw(data)`` draws and returns ms, ``window.__fp_reply(json_text)`` too after
+    parsing it, ``window.__fp_reply_wire(json_text, paths, base64_buffers)`` after putting the
+    binary buffers back as the widget's comm does (``wire_message``); ``window.__fp_sets``
+    records ``model.set``."""
     from flexpipe_ui.widgets.gantt_editor import _CSS
     js = (ROOT / "flexpipe_ui" / "widgets" / "gantt_editor.js").read_text()
     js = js.replace("export default { render };", "window.__fp_render = render;")
     path.write_text(_PAGE.format(css=_CSS, js=js))
     return path
+
+
+def wire_message(widget, names=("data",)) -> tuple[str, list, list]:
+    """(JSON text, buffer paths, base64 buffers) of a widget's state as its comm would send it."""
+    import base64
+    import json
+
+    from ipywidgets.widgets.widget import _remove_buffers
+    state, paths, buffers = _remove_buffers(widget.get_state(list(names)))
+    return json.dumps(state), paths, [base64.b64encode(bytes(b)).decode() for b in buffers]
