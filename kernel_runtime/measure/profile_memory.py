@@ -75,7 +75,7 @@ def action_temps(probe, device) -> dict[str, float]:
     else:
         from torch.autograd.profiler import record_function
         from torch.profiler import ProfilerActivity, profile
-        from .procmem import _quiet_stderr
+        from ..run.procmem import _quiet_stderr
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         with _quiet_stderr():
             prof.__enter__()
