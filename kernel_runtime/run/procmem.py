@@ -132,35 +132,7 @@ def _cpu_peak(prof) -> tuple[float, float, float] | None:
         if t0 <= nd.start_time_ns <= t1:
             peak = max(peak, cur)
             at_end = cur
-    import os
-    if os.environ.get("FLEXPIPE_MEMDEBUG"):
-        _debug(allocs, t0, t1, peak)
     return float(peak), float(at_end), float(cur)
-
-
-def _debug(allocs, t0, t1, peak):  # temporary
-    import collections, os
-    live, cur = {}, 0
-    for nd in allocs:
-        f = nd.extra_fields
-        if f.alloc_size > 0:
-            p = nd.parent
-            names = []
-            while p is not None and len(names) < 7:
-                names.append(p.name); p = p.parent
-            live[f.ptr] = (f.alloc_size, " < ".join(names), nd.start_time_ns < t0)
-            cur += f.alloc_size
-        elif f.ptr in live:
-            cur -= live.pop(f.ptr)[0]
-        if t0 <= nd.start_time_ns <= t1 and cur == peak:
-            break
-    by = collections.Counter()
-    for size, name, before in live.values():
-        by[("pre-step " if before else "") + name] += size
-    with open(os.environ["FLEXPIPE_MEMDEBUG"] + f".{os.getpid()}", "w") as out:
-        out.write(f"peak {peak / 2**20:.2f} MiB\n")
-        for name, b in by.most_common(30):
-            out.write(f"{b / 2**20:9.2f}  {name}\n")
 
 
 class RankMemory:
