@@ -11,12 +11,14 @@ be tuned to one shape.
 Each round, per family: ``profile()`` afresh (in worker processes), then the library plans 1F1B,
 ZB-H1, interleaved 1F1B, ZB-V and ``auto``'s plan, every one predicted by ``simulate`` on that
 profile alone (no plan's prediction sees a run of any plan), then all five run interleaved pass
-by pass in one launch (an unrecorded warm pass first; per plan the median step over the passes).
+by pass in one launch (an unrecorded warm pass first; in every pass each plan's first ``--warmup``
+steps unrecorded, its steady state measured; per plan the median step over the passes).
 Memory: each worker's peak as the process measured it (resident set on CPU, CUDA's
 ``max_memory_allocated`` on GPUs: ``kernel_runtime.run.procmem``) beside the predicted peak. The median
 round counts; the worst round is reported too.
 
-    python benchmarks/bench_truth.py [--seed N] [--rounds 3] [--steps 4] [--passes 5] [--families a,b]
+    python benchmarks/bench_truth.py [--seed N] [--rounds 3] [--steps 4] [--passes 5] [--warmup 3]
+                                     [--families a,b]
                                      [--quick] [--small]
 
 One line per family: ``family=<name> max_rel_error=<x> auto_vs_best=<x>``; the last line:
@@ -53,7 +55,7 @@ def plans_for(problem, time_limit: float, log) -> dict:
     return out
 
 
-def one_round(fam, *, steps, passes, devices, time_limit, log) -> dict:
+def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) -> dict:
     """Profile, predict every plan from the profile, measure them interleaved; per plan the figures."""
     from flexpipe_ui.sim import simulate
     from kernel_runtime.measure.profiler import profile
@@ -64,7 +66,7 @@ def one_round(fam, *, steps, passes, devices, time_limit, log) -> dict:
                    device="cuda" if devices == "cuda" else "cpu")
     log(f"  profiled in {time.perf_counter() - t:.1f} s (spread {prob.meta.get('spread', 0):.2f})")
     plans = plans_for(prob, time_limit, log)
-    measured = measure_plans(list(plans.values()), model=fam.spec, steps=steps, warmup=1, repeat=passes,
+    measured = measure_plans(list(plans.values()), model=fam.spec, steps=steps, warmup=warmup, repeat=passes,
                              devices=devices, timeout=600)
     out = {"_profile": prob}
     for (name, plan), tls in zip(plans.items(), measured):
@@ -124,8 +126,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None, help="the draw of the random families (default: a new one)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each profiling afresh (median counts)")
-    ap.add_argument("--steps", type=int, default=4, help="measured steps per plan and pass (after 1 warm-up)")
+    ap.add_argument("--steps", type=int, default=4, help="measured steps per plan and pass (after --warmup)")
     ap.add_argument("--passes", type=int, default=5, help="interleaved passes over the plans per launch")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="unrecorded steps at the start of every plan's run in each pass (steady state: "
+                         "a plan's first steps after its start run slower, docs/cost_model.md)")
     ap.add_argument("--time-limit", type=float, default=10.0, help="seconds of auto search")
     ap.add_argument("--quick", action="store_true", help="1 round, 3 steps, 1 pass (smoke test)")
     ap.add_argument("--small", action="store_true", help="tiny models (tests; figures mean little)")
@@ -147,7 +152,7 @@ def main(argv=None) -> int:
     fams = families(seed, small=args.small, only=tuple(args.families.split(",")) if args.families else None)
     log = lambda s: print(s, file=sys.stderr, flush=True)
     print(f"bench_truth: seed={seed} on {devices}, {args.rounds} round(s), median of {args.steps} steps x "
-          f"{args.passes} pass(es) after warm-up; cpu count {os.cpu_count()}")
+          f"{args.passes} pass(es) after {args.warmup} warm-up step(s); cpu count {os.cpu_count()}")
     for fam in fams:
         print("  " + describe(fam))
     rows, worst_round, ratios, rep = {}, {}, {}, {}
@@ -155,7 +160,7 @@ def main(argv=None) -> int:
         res = []
         for r in range(args.rounds):
             log(f"{fam.name}: round {r + 1}/{args.rounds}")
-            res.append(one_round(fam, steps=args.steps, passes=args.passes, devices=devices,
+            res.append(one_round(fam, steps=args.steps, passes=args.passes, devices=devices, warmup=args.warmup,
                                  time_limit=args.time_limit, log=log))
         rep[fam.name] = repeatability([x.pop("_profile") for x in res])
         for k, r in enumerate(res, 1):          # every round's raw figures, all from one launch
