@@ -74,14 +74,17 @@ def costs_for(plan: Plan | Schedule, problem: Problem | None = None) -> StageCos
 
 
 def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *,
-             comm: float | None = None, metrics: bool = True) -> SimResult:
+             comm: float | None = None, metrics: bool = True, check_after: int = 32) -> SimResult:
     """Simulate a schedule or plan under DESIGN.md's timing and memory rules.
 
     ``costs`` is a ``StageCosts``, a ``Problem`` (summed over the plan's partition) or None for the
     uniform reference costs (F = I = W = 1 per rank's share). ``comm`` overrides the latency.
-    Raises ``ScheduleError`` (naming the actions) for an invalid schedule.
+    Raises ``ScheduleError`` (naming the actions) for an invalid schedule. On a schedule not yet
+    validated, the sweeps converging prove it deadlock-free (``validate.proven_by_simulation``);
+    past ``check_after`` sweeps the validator's deadlock search runs (an editor that knows how many
+    sweeps the plan before an edit took passes about twice that).
     """
-    from .validate import ScheduleError, deadlock_problem, static_problems, validated
+    from .validate import ScheduleError, deadlock_problem, proven_by_simulation, static_problems, validated
 
     sched = plan.schedule if isinstance(plan, Plan) else plan
     if isinstance(costs, Problem) or costs is None:
@@ -106,10 +109,14 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
         if d is not None:
             raise ScheduleError("invalid schedule", [d], sched)
 
-    end, ready, rounds = _solve_sweeps(lanes, dur, lat, check=None if trusted else deadlock)
-    if not (g.n == 0 or dur.min() > 0) and not trusted:
-        # zero-duration cycles can reach a fixpoint: ask the validator's Kahn pass
+    end, ready, rounds = _solve_sweeps(lanes, dur, lat, check=None if trusted else deadlock,
+                                       check_after=check_after)
+    if not (g.n == 0 or dur.min() > 0) and not trusted and _zero_cycle(g, lanes, dur, lat):
+        # a cycle of zero-duration actions over zero-latency edges can reach a fixpoint: the
+        # validator's Kahn pass names it
         deadlock()
+    if not trusted:
+        proven_by_simulation(sched)   # converged (or the Kahn pass above passed): no deadlock
     # start = max(ready, previous end on the lane), from the same converged ends that later
     # actions read: a free at t and an allocation by the action that starts at t then share the
     # exact same float, so memory peaks are not inflated by one-ulp gaps (end - start may differ
@@ -124,6 +131,42 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     tick()
     m = compute_metrics(tl, costs) if metrics else None
     return SimResult(tl, m, costs, rounds)
+
+
+def _zero_cycle(g, lanes, dur: np.ndarray, lat: np.ndarray) -> bool:
+    """Whether the converged equations may hide a cycle: one needs every action on it of zero
+    duration and every edge of zero latency (any positive term grows each sweep, so a fixpoint
+    rules it out). Kahn's pass over that subgraph only (the data-fed first stage's no-op I's:
+    a few hundred actions at 64 × 256, not the whole graph)."""
+    zero = dur == 0
+    if not zero.any():
+        return False
+    o = lanes.order
+    same = np.r_[~lanes.first[1:], False] if len(o) else np.zeros(0, bool)   # o[k] -> o[k+1] on a lane
+    a_l, b_l = o[:-1][same[:-1]], o[1:][same[:-1]]
+    keep_l = zero[a_l] & zero[b_l]
+    e = np.arange(len(g.src))
+    keep_x = zero[g.src] & zero[g.dst] & (lat[e] == 0 if len(lat) == len(e) else True)
+    src = np.r_[a_l[keep_l], g.src[keep_x]].astype(np.int64)
+    dst = np.r_[b_l[keep_l], g.dst[keep_x]].astype(np.int64)
+    if not len(src):
+        return False
+    indeg: dict[int, int] = {}
+    out: dict[int, list[int]] = {}
+    for a, b in zip(src.tolist(), dst.tolist()):
+        out.setdefault(a, []).append(b)
+        indeg[b] = indeg.get(b, 0) + 1
+        indeg.setdefault(a, 0)
+    ready = [v for v, d in indeg.items() if d == 0]
+    seen = 0
+    while ready:
+        v = ready.pop()
+        seen += 1
+        for w in out.get(v, ()):
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    return seen < len(indeg)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,10 +221,10 @@ def _build_lanes(g) -> _Lanes:
     return _Lanes(order, first, bounds, tuple(edges), tuple(tuple(f) for f in feeds), src, dst, eid, g)
 
 
-def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None
+def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, check_after: int = 32
                   ) -> tuple[np.ndarray, np.ndarray, int]:
     """(end, ready, sweeps) at the fixpoint, lane by lane (module docstring). ``check`` is called
-    once the sweeps pass ``8 × lanes + 64`` (an untrusted schedule may deadlock: it raises)."""
+    once the sweeps pass ``check_after`` (an untrusted schedule may deadlock: it raises)."""
     n, nl = len(dur), len(lanes.bounds) - 1
     end, ready = np.zeros(n), np.zeros(n)
     if not n:
@@ -194,7 +237,10 @@ def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None
     clean = np.iinfo(np.int64).max
     dirty = np.where(np.diff(bounds) > 0, 0, clean)   # first lane position to recompute
     up, down = list(range(nl)), list(range(nl - 1, -1, -1))
-    sweeps, check_at, cap = 0, 8 * nl + 64, n + 2
+    # an untrusted schedule that has not converged after ``check_after`` sweeps gets the
+    # validator's Kahn pass (it raises on a deadlock; once passed, the graph is acyclic and the
+    # sweeps converge): a valid schedule that converges sooner pays no deadlock search
+    sweeps, check_at, cap = 0, max(1, int(check_after)), n + 2
     watcher = active_watcher()  # a caller may stop a long solve between sweeps (``watch``)
     while (dirty < clean).any():
         for L in (up if sweeps % 2 == 0 else down):

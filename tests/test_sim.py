@@ -154,3 +154,31 @@ def test_no_false_memory_peak_from_float_rounding(seed):
     assert res.metrics.peak_activation == tuple(float(p - r) for r in range(p))
     tl = res.timeline
     assert np.allclose(tl.end - tl.start, res.timeline.end - res.timeline.start)
+
+
+def test_a_converged_simulation_proves_the_schedule_valid():
+    """``simulate`` on a schedule no one validated: its equations converging rule out a deadlock
+    (``validate.proven_by_simulation``), so a ``validate`` after it finds the schedule valid
+    without its own search (the Designer's edit path), and a deadlock is still caught whichever
+    sweep the search is asked at."""
+    from flexpipe_ui.validate import validate, validated
+    ok = Schedule.from_text("r0: 0F0 0F1 0I0 0I1 0W0 0W1\nr1: 1F0 1I0 1F1 1I1 1W0 1W1")
+    assert not validated(ok)
+    simulate(ok)
+    assert validated(ok) and validate(ok) is ok
+    bad = "r0: 0F0 0I0 0F1 0I1 0W0 0W1\nr1: 1F0 1F1 1I0 1I1 1W0 1W1"
+    for after in (1, 2, 32, 1000):
+        with pytest.raises(ScheduleError) as e:
+            simulate(Schedule.from_text(bad), check_after=after)
+        assert "deadlock" in str(e.value)
+        assert not validated(Schedule.from_text(bad))
+
+
+def test_zero_cost_actions_without_a_cycle_are_proven_too():
+    """Zero durations can let a cycle converge; the check looks at the zero-cost part only and
+    finds none here (every action costs nothing, no cycle)."""
+    from flexpipe_ui.validate import validated
+    pr = Problem(ranks=2, microbatches=2, layers=(Layer(f=0, b=0, w=0), Layer(f=0, b=0, w=0)))
+    s = Schedule.from_text("r0: 0F0 0F1 0I0 0I1 0W0 0W1\nr1: 1F0 1I0 1F1 1I1 1W0 1W1")
+    simulate(Plan(s, ((0,), (1,))), pr)
+    assert validated(s)

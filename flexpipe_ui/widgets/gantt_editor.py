@@ -53,12 +53,13 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
     """The ``data`` trait for a timeline: per-bar arrays, memory curves per rank, scale, and the
     units the page writes on the axis, the hover and the peaks (none for unit costs)."""
     n = len(tl.actions)
-    if positions is None:
-        positions = np.zeros(n, int)
-        seen: dict[int, int] = {}
-        for i, r in enumerate(tl.rank.tolist()):
-            positions[i] = seen.get(r, 0)
-            seen[r] = positions[i] + 1
+    if positions is None:                 # each action's place among its rank's, in list order
+        rk = np.asarray(tl.rank, dtype=np.int64)
+        o = np.argsort(rk, kind="stable")
+        positions = np.zeros(n, np.int64)
+        if n:
+            starts = np.r_[0, np.flatnonzero(np.diff(rk[o])) + 1]
+            positions[o] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     bars = {
         "name": [str(a) for a in tl.actions],
         "rank": tl.rank.astype(int).tolist(),
@@ -67,7 +68,7 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
         "color": [a.kind.color for a in tl.actions],
         "label": [str(a.microbatch) for a in tl.actions],
         "stage": [a.stage for a in tl.actions],
-        "index": [int(p) for p in positions],
+        "index": np.asarray(positions, dtype=np.int64).tolist(),
         # actions on another stream (a copy engine: offload/reload) overlap compute: drawn thin, low
         "side": [0 if a.kind.occupies_compute else 1 for a in tl.actions],
     }
