@@ -74,15 +74,15 @@ def costs_for(plan: Plan | Schedule, problem: Problem | None = None) -> StageCos
 
 
 def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *,
-             comm: float | None = None, metrics: bool = True, check_after: int = 32) -> SimResult:
+             comm: float | None = None, metrics: bool = True, check_after: int | None = None) -> SimResult:
     """Simulate a schedule or plan under DESIGN.md's timing and memory rules.
 
     ``costs`` is a ``StageCosts``, a ``Problem`` (summed over the plan's partition) or None for the
     uniform reference costs (F = I = W = 1 per rank's share). ``comm`` overrides the latency.
     Raises ``ScheduleError`` (naming the actions) for an invalid schedule. On a schedule not yet
     validated, the sweeps converging prove it deadlock-free (``validate.proven_by_simulation``);
-    past ``check_after`` sweeps the validator's deadlock search runs (an editor that knows how many
-    sweeps the plan before an edit took passes about twice that).
+    past ``check_after`` sweeps (default ``8 × lanes + 64``) the validator's deadlock search runs
+    (an editor that knows how many sweeps the plan before an edit took passes about twice that).
     """
     from .validate import ScheduleError, deadlock_problem, proven_by_simulation, static_problems, validated
 
@@ -221,10 +221,11 @@ def _build_lanes(g) -> _Lanes:
     return _Lanes(order, first, bounds, tuple(edges), tuple(tuple(f) for f in feeds), src, dst, eid, g)
 
 
-def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, check_after: int = 32
+def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, check_after: int | None = None
                   ) -> tuple[np.ndarray, np.ndarray, int]:
     """(end, ready, sweeps) at the fixpoint, lane by lane (module docstring). ``check`` is called
-    once the sweeps pass ``check_after`` (an untrusted schedule may deadlock: it raises)."""
+    once the sweeps pass ``check_after`` (default ``8 × lanes + 64``; an untrusted schedule may
+    deadlock: it raises)."""
     n, nl = len(dur), len(lanes.bounds) - 1
     end, ready = np.zeros(n), np.zeros(n)
     if not n:
@@ -240,7 +241,8 @@ def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, c
     # an untrusted schedule that has not converged after ``check_after`` sweeps gets the
     # validator's Kahn pass (it raises on a deadlock; once passed, the graph is acyclic and the
     # sweeps converge): a valid schedule that converges sooner pays no deadlock search
-    sweeps, check_at, cap = 0, max(1, int(check_after)), n + 2
+    sweeps, cap = 0, n + 2
+    check_at = 8 * nl + 64 if check_after is None else max(1, int(check_after))
     watcher = active_watcher()  # a caller may stop a long solve between sweeps (``watch``)
     while (dirty < clean).any():
         for L in (up if sweeps % 2 == 0 else down):
