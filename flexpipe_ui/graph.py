@@ -207,14 +207,21 @@ def _compile(s: Schedule) -> Graph:
     src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
     dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
     # position within lane: actions are rank-major in list order, so a stable sort by lane keeps order
-    lane_pos = np.zeros(n, dtype=np.int64)
-    if n:
-        o = np.argsort(lane, kind="stable")
-        starts = np.r_[0, np.flatnonzero(np.diff(lane[o])) + 1]
-        counts = np.diff(np.r_[starts, n])
-        lane_pos[o] = np.arange(n) - np.repeat(starts, counts)
+    lane_pos = positions_within(lane)
     return Graph(s, acts, klist, rank, stage, kid, mb, pos, lane, lane_pos, s.ranks * n_streams,
                  src, dst, tuple(missing))
+
+
+def positions_within(groups) -> np.ndarray:
+    """Each element's place among the elements of its group (0, 1, ...), in list order."""
+    groups = np.asarray(groups, dtype=np.int64)
+    n = len(groups)
+    pos = np.zeros(n, dtype=np.int64)
+    if n:
+        o = np.argsort(groups, kind="stable")
+        starts = np.r_[0, np.flatnonzero(np.diff(groups[o])) + 1]
+        pos[o] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    return pos
 
 
 def wait_cycle(g: Graph) -> tuple[list[int], list[tuple[int, int]]] | None:

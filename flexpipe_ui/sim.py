@@ -97,6 +97,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     if not trusted:
         probs = static_problems(sched)
         if probs:
+            proven_by_simulation(sched, probs)
             raise ScheduleError("invalid schedule", probs, sched)
     tick()      # a long simulation can be stopped between its steps (``watch``)
     g = compile_schedule(sched)
@@ -107,6 +108,7 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     def deadlock() -> None:
         d = deadlock_problem(g)
         if d is not None:
+            proven_by_simulation(sched, [d])
             raise ScheduleError("invalid schedule", [d], sched)
 
     end, ready, rounds = _solve_sweeps(lanes, dur, lat, check=None if trusted else deadlock,
@@ -142,11 +144,10 @@ def _zero_cycle(g, lanes, dur: np.ndarray, lat: np.ndarray) -> bool:
     if not zero.any():
         return False
     o = lanes.order
-    same = np.r_[~lanes.first[1:], False] if len(o) else np.zeros(0, bool)   # o[k] -> o[k+1] on a lane
-    a_l, b_l = o[:-1][same[:-1]], o[1:][same[:-1]]
+    nxt = ~lanes.first[1:]                          # o[k] -> o[k + 1] on one lane
+    a_l, b_l = o[:-1][nxt], o[1:][nxt]
     keep_l = zero[a_l] & zero[b_l]
-    e = np.arange(len(g.src))
-    keep_x = zero[g.src] & zero[g.dst] & (lat[e] == 0 if len(lat) == len(e) else True)
+    keep_x = zero[g.src] & zero[g.dst] & (lat == 0)
     src = np.r_[a_l[keep_l], g.src[keep_x]].astype(np.int64)
     dst = np.r_[b_l[keep_l], g.dst[keep_x]].astype(np.int64)
     if not len(src):

@@ -137,13 +137,15 @@ def valid_by_construction(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def proven_by_simulation(schedule: Schedule) -> None:
-    """For ``sim.simulate``: its timing equations reached their fixpoint on this schedule with every
-    duration positive and no static problem, so its dependency graph has no cycle (on a cycle of
-    positive durations the ends grow every sweep) -- what the deadlock search would have found.
-    Marks it valid, so a ``validate`` after a simulation costs nothing (the Designer's drag → redraw
-    at 64 × 256: the Kahn pass was ~250 ms of ~800)."""
-    schedule.derived(_FINDINGS, lambda s: [])
+def proven_by_simulation(schedule: Schedule, findings: Sequence[Finding] = ()) -> None:
+    """For ``sim.simulate``: what it established about this schedule, as ``check`` would return it
+    -- the static problems or the deadlock it found with this module's own searches, or none when
+    its timing equations reached their fixpoint with no static problem (on a cycle of positive
+    durations the ends grow every sweep; zero-cost cycles it looks for itself). A ``validate``
+    after a simulation then costs nothing (the Designer's drag → redraw at 64 × 256: the Kahn
+    pass was ~250 ms of ~800)."""
+    found = list(findings)
+    schedule.derived(_FINDINGS, lambda s: found)
 
 
 def validate(schedule: Schedule) -> Schedule:

@@ -329,10 +329,10 @@ class Designer(PanelBase, traitlets.HasTraits):
             try:
                 # the simulation proves a schedule deadlock-free when its equations converge
                 # (``validate.proven_by_simulation``): no separate deadlock search on each edit
-                prev = getattr(self.result, "rounds", None) if self.result is not None else None
-                res = simulate(plan, self.costs, check_after=32 if prev is None else 2 * prev + 32)
+                prev = 0 if self.result is None else self.result.rounds
+                res = simulate(plan, self.costs, check_after=2 * prev + 32)
             except ScheduleError:
-                validate(plan.schedule)        # the validator's own report of every problem
+                validate(plan.schedule)        # the validator's own report, of what simulate found
                 raise
             validate(plan.schedule)            # cached by the simulation
         except ScheduleError as e:

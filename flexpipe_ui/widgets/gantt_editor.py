@@ -22,6 +22,7 @@ import traitlets
 
 from ..gantt import units
 from ..gantt_lod import lod_constants
+from ..graph import positions_within
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
@@ -54,12 +55,7 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
     units the page writes on the axis, the hover and the peaks (none for unit costs)."""
     n = len(tl.actions)
     if positions is None:                 # each action's place among its rank's, in list order
-        rk = np.asarray(tl.rank, dtype=np.int64)
-        o = np.argsort(rk, kind="stable")
-        positions = np.zeros(n, np.int64)
-        if n:
-            starts = np.r_[0, np.flatnonzero(np.diff(rk[o])) + 1]
-            positions[o] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        positions = positions_within(tl.rank)
     bars = {
         "name": [str(a) for a in tl.actions],
         "rank": tl.rank.astype(int).tolist(),

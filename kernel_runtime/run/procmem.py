@@ -18,7 +18,7 @@ The resident set is reported beside it (``VmHWM`` less the resident set before t
 layers), for information only: on CPU it also holds library code first touched by the step's
 kernels and glibc's free heap (measured on bench_truth's GPT: ~36 MiB of code, ~34 MiB of free
 heap kept by ``allocator.keep_freed_memory``), which belong to the process, not to the plan. The
-free heap is handed back before the process's first plan only (``release_free_heap``), so a later
+free heap is handed back before the process's first plan only (``RankMemory._free_heap``), so a later
 plan's figure counts only what it touched beyond the heap its predecessors left.
 Linux for the resident set; elsewhere it is None.
 """
@@ -68,24 +68,13 @@ def reset_peak_rss() -> bool:
 
 
 _TRIMMED = False
-"""Whether this process has handed its free heap back once (``release_free_heap(first_only=True)``)."""
+"""Whether this process has handed its free heap back (``release_free_heap``) yet."""
 
 
-def release_free_heap(first_only: bool = False) -> None:
-    """Collect garbage and hand the heap's free pages back to the system (glibc ``malloc_trim``).
-
-    ``first_only``: trim only the first time in this process, collect garbage every time. A run's
-    workers keep freed memory (``allocator.keep_freed_memory``) so that a step re-uses the pages of
-    the step before; trimming at every plan's start gave every plan of a launch that memory back,
-    and its first two or three steps faulted it in again: counted per step in bench_truth's conv
-    workers (2026-12-06), 1F1B's first timed step 1-6k minor faults (up to 34 ms of system time),
-    auto's (8 microbatches in flight) 5-12k (27-54 ms), every later step ~0 -- on every pass, since
-    each pass starts its plans afresh. Timed steps then measured the allocator, by an amount that
-    grows with the microbatches a plan holds."""
+def release_free_heap() -> None:
+    """Collect garbage and hand the heap's free pages back to the system (glibc ``malloc_trim``)."""
     global _TRIMMED
     gc.collect()
-    if first_only and _TRIMMED:
-        return
     _TRIMMED = True
     if not sys.platform.startswith("linux"):
         return
@@ -167,10 +156,24 @@ class RankMemory:
         self.base_rss: int | None = None
         self._rss_ok = False
         self._level_before_opt = None
+        self._first = True
+
+    def _free_heap(self) -> None:
+        """The process's first plan hands its free heap back; later plans keep it, collecting
+        garbage only. A run's workers keep freed memory (``allocator.keep_freed_memory``) so that a
+        step re-uses the pages of the step before; trimming at every plan's start gave every plan of
+        a launch that memory back, and its first two or three steps faulted it in again: counted per
+        step in bench_truth's conv workers (2026-12-06), 1F1B's first timed step 1-6k minor faults
+        (up to 34 ms of system time), auto's (8 microbatches in flight) 5-12k (27-54 ms), every later
+        step ~0 -- on every pass, since each pass starts its plans afresh."""
+        if self._first:
+            release_free_heap()
+        else:
+            gc.collect()
 
     def plan_start(self) -> None:
-        self._first = not _TRIMMED          # the process's first plan: its heap is handed back
-        release_free_heap(first_only=True)
+        self._first = not _TRIMMED
+        self._free_heap()
         self.base_rss = rss_bytes()
         if self.device.type != "cuda":
             try:
@@ -187,12 +190,8 @@ class RankMemory:
                 self.prof = None
 
     def settled(self) -> None:
-        """After building (a split model builds whole, then drops the rest): free heap returned on
-        the process's first plan; later plans keep it (``release_free_heap``)."""
-        if getattr(self, "_first", True):
-            release_free_heap()
-        else:
-            gc.collect()
+        """After building (a split model builds whole, then drops the rest): ``_free_heap``."""
+        self._free_heap()
 
     def step(self, i: int):
         self._rss_ok = self.base_rss is not None and reset_peak_rss()

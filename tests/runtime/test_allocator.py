@@ -76,7 +76,7 @@ print(*faults)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
 def test_a_later_plan_keeps_the_heap_its_predecessors_left():
-    """Only the process's first plan hands its free heap back (``procmem.release_free_heap``):
+    """Only the process's first plan hands its free heap back (``procmem.RankMemory._free_heap``):
     trimming at every plan's start made every plan's first steps fault its memory in again
     (docs/cost_model.md, "A plan's first steps"). Measured here: the first plan's start and
     first step fault its 48 MiB in; later plans' fault ~nothing (trimming each plan: 12k pages each)."""
