@@ -36,6 +36,8 @@ class StageCost:
     mem: float = 0.0
     bw: float | None = None
     """Fused backward time (the problem's layer ``bw``); None: b + w."""
+    copy_bandwidth: float | None = None
+    """MiB per time unit of a device-host copy (the problem's ``copy_bandwidth``); None: unset."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,12 @@ plan file that names them registers them (``register_missing``, called by ``plan
 - ``OFF`` offload / ``LOAD`` reload, on a copy stream (no compute time): ``OFF`` moves the
   activation to the host after F and frees it at its end; ``LOAD`` brings it back when the
   downstream backward is done (the gradient is on its way), and the backward waits for it: the
-  transfer cost is ``seconds_per_unit`` × the stage's activation size.
+  transfer cost is the stage's activation over the problem's ``copy_bandwidth``, else
+  ``seconds_per_unit`` × its size (``costmodel.copy_time``).
 """
 from __future__ import annotations
 
+from .costmodel.spend import copy_time
 from .kinds import Dep, Kind, kinds, register_kind
 
 __all__ = ["register_recompute", "register_offload", "register_all", "register_known",
@@ -36,7 +38,8 @@ def register_recompute() -> Kind:
 
 
 def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple[Kind, Kind]:
-    """Register ``OFF``/``LOAD``: transfers take ``seconds_per_unit`` per unit of activation;
+    """Register ``OFF``/``LOAD``: transfers take ``act / copy_bandwidth`` (the problem's), else
+    ``seconds_per_unit`` per unit of activation;
     ``LOAD`` starts once the backward of stage s + ``prefetch`` is done (1: when the gradient
     arrives, so the backward waits for the copy; 2: one stage earlier, hiding short copies)."""
     if not seconds_per_unit >= 0:
@@ -44,11 +47,11 @@ def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
         raise ValueError(f"prefetch must be an integer >= 1 (stages ahead), got {prefetch!r}")
     off = register_kind(Kind(
-        "OFF", "other", lambda c: seconds_per_unit * c.act, stream="copy",
+        "OFF", "other", lambda c: copy_time(c, seconds_per_unit), stream="copy",
         after=(Dep(frozenset({"F"}), 0),), mem_end=-1.0,  # frees device memory when the copy ends
         color="#8c564b", description="offload the activation to host memory"))
     load = register_kind(Kind(
-        "LOAD", "other", lambda c: seconds_per_unit * c.act, stream="copy",
+        "LOAD", "other", lambda c: copy_time(c, seconds_per_unit), stream="copy",
         after=(Dep(frozenset({"OFF"}), 0), Dep(frozenset({"I", "B"}), prefetch)),
         before=frozenset({"I", "B"}),                     # the backward waits for the copy
         mem_start=1.0,                                    # back on the device from its start

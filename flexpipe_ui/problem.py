@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .costmodel import StageCosts, fold_data_input, place_memory
+from .costmodel import StageCosts, fold_data_input, fold_liveness, place_memory
 from .jsonio import read_json, write_json
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
@@ -63,6 +63,16 @@ class Layer:
     (temporaries, gradients of intermediates, a weight gradient before it is accumulated, the
     loss's softmax); a stage's is the largest over its layers. None: 0. Measured by the
     profiler's allocator (``kernel_runtime.measure.profile_memory``): +6 to +30% of an LM head's rank."""
+    f_nograd: float | None = None
+    """Forward time of a microbatch whose forward a recompute ``R`` re-runs: the first forward
+    runs without autograd's graph (the runtime's ``torch.no_grad``); None: ``f``. ``R`` itself
+    costs ``f`` (it builds the graph the backward needs)."""
+    act_sel: float | None = None
+    """MiB of the layer's activation a selective recompute does not keep (the cheap ops'
+    outputs: elementwise, norms, softmax; Megatron's ``--recompute-granularity selective``);
+    None: 0 (``costmodel.selective_recompute``)."""
+    f_sel: float | None = None
+    """Time the backward spends re-running those cheap ops under selective recompute; None: 0."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +113,12 @@ class Problem:
     holds its input with its activation, and each rank holds ``recv_ahead`` posted receive
     buffers per inbound channel (the runtime's receive window; ``costmodel.place_memory``).
     None: messages take no memory."""
+    copy_bandwidth: float | None = None
+    """MiB per time unit of a device-host copy (offload ``OFF`` / reload ``LOAD``, on each rank's
+    copy lane, overlapping compute); None: the offload kinds' own rate (``ops.register_offload``)."""
+    torch_liveness: bool | None = None
+    """True: memory as torch.distributed.pipelining analyses it -- a split backward frees nothing
+    at I, the whole activation lives until W (``costmodel.fold_liveness``); None: ``act_w``'s rule."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -130,7 +146,7 @@ class Problem:
         extra = _stage_extras(self, partition) if self.has_cost_terms else {}
         costs = StageCosts(f=a[:, 0], b=a[:, 1], w=a[:, 2], act=a[:, 3], mem=a[:, 4], comm=self.comm,
                            **extra)
-        costs = fold_data_input(costs)
+        costs = fold_liveness(fold_data_input(costs))
         return costs if placement is None else place_memory(costs, placement)
 
     @property
@@ -272,10 +288,11 @@ def _problem_terms(d: dict, source: str) -> dict:
         out["runtime_mem"] = _num(d["runtime_mem"], f"{source}: 'runtime_mem'")
     if d.get("recv_ahead") is not None:
         out["recv_ahead"] = _num(d["recv_ahead"], f"{source}: 'recv_ahead'", integer=True)
-    if d.get("data_input") is not None:
-        if not isinstance(d["data_input"], bool):
-            raise ProblemError(f"{source}: 'data_input' must be true or false, got {d['data_input']!r}")
-        out["data_input"] = d["data_input"]
+    for k in ("data_input", "torch_liveness"):
+        if d.get(k) is not None:
+            if not isinstance(d[k], bool):
+                raise ProblemError(f"{source}: {k!r} must be true or false, got {d[k]!r}")
+            out[k] = d[k]
     for k in _PROBLEM_TERMS:          # a term without a rule above: a number >= 0
         if k not in out and d.get(k) is not None:
             out[k] = _num(d[k], f"{source}: {k!r}")
@@ -316,6 +333,11 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
         out["grad"] = arr([sum(l.grad or 0.0 for l in st) for st in ls])
     if has("switch"):
         out["switch"] = arr([sum(l.switch or 0.0 for l in st) for st in ls])
+    for k in ("f_sel", "act_sel"):
+        if has(k):
+            out[k] = arr([sum(getattr(l, k) or 0.0 for l in st) for st in ls])
+    if has("f_nograd"):
+        out["f_nograd"] = arr([sum(l.f if l.f_nograd is None else l.f_nograd for l in st) for st in ls])
     if has("temp"):
         kinds = sorted({k for l in p.layers if l.temp for k in l.temp})
         out["temp"] = {k: arr([_stage_temp(st, k) for st in ls]) for k in kinds}
@@ -324,7 +346,8 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
         overhead = dict(overhead)
     return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
             "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input),
-            "recv_ahead": p.recv_ahead, "runtime_mem": p.runtime_mem or 0.0}
+            "recv_ahead": p.recv_ahead, "runtime_mem": p.runtime_mem or 0.0,
+            "copy_bandwidth": p.copy_bandwidth, "torch_liveness": bool(p.torch_liveness)}
 
 
 _FREES_AS_IT_GOES = ("F", "B", "R")
@@ -394,7 +417,7 @@ def _check_terms(p: Problem) -> None:
                                        f"got {v!r}")
     if p.runtime_mem is not None and not _nonneg(p.runtime_mem):
         raise ProblemError(f"'runtime_mem' must be a finite number >= 0 (MiB), got {p.runtime_mem!r}")
-    for k in ("bandwidth", "dp_bandwidth"):
+    for k in (t for t in PROBLEM_TERMS if t.endswith("bandwidth")):   # MiB per time unit, > 0
         v = getattr(p, k)
         if v is not None and not (_nonneg(v) and v > 0):
             raise ProblemError(f"{k!r} must be a finite number > 0 (MiB per time unit), got {v!r}")
@@ -411,8 +434,10 @@ def _check_terms(p: Problem) -> None:
                                      or p.recv_ahead < 0):
         raise ProblemError(f"'recv_ahead' must be an integer >= 0 (receive buffers per channel), got "
                            f"{p.recv_ahead!r}")
-    if p.data_input is not None and not isinstance(p.data_input, bool):
-        raise ProblemError(f"'data_input' must be True or False, got {p.data_input!r}")
+    for k in ("data_input", "torch_liveness"):
+        v = getattr(p, k)
+        if v is not None and not isinstance(v, bool):
+            raise ProblemError(f"{k!r} must be True or False, got {v!r}")
     if p.comm_cpu is not None and not (_nonneg(p.comm_cpu) and p.comm_cpu <= 1):
         raise ProblemError(f"'comm_cpu' must be a fraction in 0..1, got {p.comm_cpu!r}")
     if p.dp is not None:

@@ -42,10 +42,13 @@ extra terms, each neutral when absent:
 - layer ``grad`` also times the gradients' memory: a stage's gradients (part of ``mem``) exist
   from the start of its first weight-gradient action of the step (``rank_static``, ``grad_events``).
 
+- ``f_nograd``, ``act_sel``/``f_sel``, ``copy_bandwidth``, ``torch_liveness``: what recompute,
+  selective recompute and offload cost and free, and torch's liveness (``spend``).
+
 "Fits the cap" is ``fits``: one function, one tolerance (``FIT_TOL``).
 
 One package, one concern per module: ``stage`` (the table, ``fits``), ``durations`` (time),
-``memory``, ``bounds`` (the search's lower bounds' building blocks), ``dp`` (the all-reduce).
+``memory``, ``spend`` (recompute, offload, liveness), ``bounds`` (the search's lower bounds' building blocks), ``dp`` (the all-reduce).
 Everything is re-exported here; callers import from ``flexpipe_ui.costmodel``.
 """
 from __future__ import annotations
@@ -57,6 +60,7 @@ from .durations import (action_durations, duration_table, edge_latency, fold_dat
                         message_size, overhead_of, stage_switch, switch_charge, switch_time, transfer_time)
 from .memory import (action_memory, grad_events, kind_memory_units, kind_temp, memory_effects, place_memory,
                      rank_static, stage_memory)
+from .spend import copy_time, fold_liveness, nograd_forwards, selective_recompute
 from .stage import FIT_TOL, StageCosts, fits, fits_mask, fused_backward
 
 __all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duration_table", "edge_latency", "transfer_time",
@@ -65,4 +69,4 @@ __all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duratio
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
            "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
            "least_hold", "plain_times", "fold_data_input", "kind_temp", "place_memory", "rank_static",
-           "grad_events"]
+           "grad_events", "fold_liveness", "selective_recompute", "nograd_forwards", "copy_time"]

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..kinds import Kind, get_kind
+from .spend import nograd_forwards
 from .stage import StageCosts, _split_release, fused_backward
 
 __all__ = ["overhead_of", "duration_table", "message_size", "transfer_time", "edge_latency", "hop_latency",
@@ -129,6 +130,11 @@ def action_durations(g, costs: StageCosts, *, ordered: bool = True) -> tuple[np.
     for a skeleton or an order still to be chosen)."""
     n = g.n
     dur = duration_table(g.kinds, costs)[g.kind, g.stage] if n else np.zeros(0)
+    if costs.f_nograd is not None and n:
+        nograd = nograd_forwards(g)       # forwards a recompute re-runs: no autograd graph
+        if nograd.any():
+            dur = dur.copy()
+            dur[nograd] += (costs.f_nograd - costs.f)[g.stage[nograd]]
     if ordered and costs.switch is not None:
         dur = dur + switch_time(g, costs, dur)
     ends = (g.rank[g.src], g.rank[g.dst], g.stage[g.src], g.stage[g.dst])

@@ -46,6 +46,16 @@ class StageCosts:
     """MiB every rank holds for the runtime's libraries (static)."""
     recv_ahead: int | None = None
     """Receive buffers posted ahead per inbound channel; None: messages take no memory."""
+    f_nograd: np.ndarray | None = None
+    """Forward time per stage of a microbatch that a recompute re-runs (no autograd graph); None: f."""
+    f_sel: np.ndarray | None = None
+    """Backward time per stage that a selective recompute adds (``selective_recompute``)."""
+    act_sel: np.ndarray | None = None
+    """Activation MiB per stage a selective recompute does not keep."""
+    copy_bandwidth: float | None = None
+    """MiB per time unit of a device-host copy (``OFF``/``LOAD``); None: the kinds' own rate."""
+    torch_liveness: bool = False
+    """A split backward frees nothing at I (``fold_liveness``)."""
 
     @property
     def num_stages(self) -> int:
@@ -54,7 +64,7 @@ class StageCosts:
     def stage(self, s: int) -> StageCost:
         return StageCost(float(self.f[s]), float(self.b[s]), float(self.w[s]),
                          float(self.act[s]), float(self.mem[s]),
-                         None if self.bw is None else float(self.bw[s]))
+                         None if self.bw is None else float(self.bw[s]), self.copy_bandwidth)
 
     def with_comm(self, comm: float) -> "StageCosts":
         return replace(self, comm=float(comm))

@@ -96,6 +96,9 @@ def _cmd_auto(args) -> int:
                   f"nothing on this structure beats {run['bound']:.6g}: {run['candidate']}")
         else:
             print(f"exact order: {run['status']}")
+    if limit is not None:
+        from ..memory_fit import memory_summary
+        print(memory_summary(res.best, problem, res.makespan))
     print(f"memory limit {limit if limit is not None else 'none'}; evaluated {st['evaluated']}, "
           f"pruned {st['pruned']}, over memory {st['over_memory']}, failed {st['failed']} in "
           f"{st['elapsed_s']:.2f} s (stopped: {st['stopped']})")

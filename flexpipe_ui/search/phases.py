@@ -287,3 +287,5 @@ def memory_repair(S: SearchState, structs: list) -> None:
     repair(S, lambda c, s: sp.memory_variants(S.problem, c, s))
     if S.problem.memory_limit is not None:
         S.run_list(sp.recompute_candidates(S.problem, best_structures(S, structs, 2)))
+        from . import spend
+        spend.spend_memory(S)

@@ -81,6 +81,7 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self._exact_line = ""
         self.fixed_problem = problem
         self.result = None
+        self.memory_line = ""   # under a cap: recomputes, offloads and ms against full recompute
         self.error: BaseException | None = None
         self.designer = None
         self.events: list[Any] = []
@@ -232,7 +233,12 @@ class AutoPanel(PanelBase, traitlets.HasTraits):
         self._exact_line = ("exact polish: " + "; ".join(
             f"{x['before']:,.4g} → {x['after']:,.4g} ms (no order of that structure beats {x['bound']:,.4g}, "
             f"{x['status'].lower()})" for x in runs)) if runs else ""
-        self.status = status + (f"<br>{self._exact_line}" if self._exact_line else "")
+        self.memory_line = ""
+        if problem.memory_limit is not None:   # what recompute/offload bought under the cap
+            from ..memory_fit import memory_summary
+            self.memory_line = memory_summary(res.best, problem, res.makespan)
+        self.status = status + "".join(f"<br>{html.escape(x)}" for x in (self.memory_line,) if x) + (
+            f"<br>{self._exact_line}" if self._exact_line else "")
         self.running = False
 
     def _on_progress(self, p) -> None:

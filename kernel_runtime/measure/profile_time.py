@@ -52,6 +52,7 @@ class UnitTimes:
     out: int = field(metadata=_BYTES)
     deferred: bool = False                   # first unit on data: I deferred its work to W
     switch: float = field(default=0.0, metadata=_ms())   # extra ms of an action after another unit's
+    f_nograd: float = field(default=0.0, metadata=_ms("F"))  # F of a microbatch a recompute re-runs
     samples: dict = field(default_factory=dict)
 
 
@@ -176,6 +177,17 @@ def _one_rep(p: _Probe, device) -> dict:
             else:
                 times["b"].append(got["I"])
                 times["w"].append(got["W"])
+    # the forward of a microbatch that a recompute will re-run: the executor runs it without
+    # autograd's graph (its R branch), so it saves nothing and costs less than F
+    times["f_nograd"] = []
+    p.recompute = {(p.stage, 0)}
+    try:
+        for i in range(STEADY):
+            t = _timed(lambda: HANDLERS["F"](p, p.action("F"), MBState()), device)
+            if i:
+                times["f_nograd"].append(t)
+    finally:
+        p.recompute = set()
     for q in p.params:
         q.grad = None
     out = fused["out"]
@@ -298,7 +310,7 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
                                + statistics.median(alt[u]["B"]) - med("bw")) / 2)
         out[u] = UnitTimes(f=med("f"), b=0.0 if deferred else med("b"), w=med("w"), bw=med("bw"),
                            act=int(rs[-1]["act"]), act_w=int(rs[-1]["act_w"]), out=int(rs[-1]["out"]),
-                           deferred=deferred, switch=switch,
+                           deferred=deferred, switch=switch, f_nograd=med("f_nograd"),
                            samples={k: flat(k) for k in ("f", "b", "w", "bw")})
     return out
 
