@@ -21,6 +21,7 @@ auto's speed-up over it; last line
 
     .venv/bin/python benchmarks/bench_memory.py            # ~1-2 min (the profile is most of it)
     .venv/bin/python benchmarks/bench_memory.py --no-real  # presets only, seconds
+    .venv/bin/python benchmarks/bench_memory.py --train    # + the profiled model trained on gloo (~2 min more)
 """
 from __future__ import annotations
 
@@ -74,13 +75,38 @@ def preset_problems():
     return out
 
 
+def _real_spec():
+    from kernel_runtime.models import demo_gpt
+    return demo_gpt(vocab=2048, seq=64, dim=128, heads=4, n_blocks=6, batch_size=16)
+
+
 def real_problem():
     """The demo GPT profiled on this machine (2 ranks, 8 microbatches), capped at 0.8 of 1F1B."""
     from kernel_runtime import profile
-    from kernel_runtime.models import demo_gpt
-    spec = demo_gpt(vocab=2048, seq=64, dim=128, heads=4, n_blocks=6, batch_size=16)
-    p = profile(spec, ranks=2, microbatches=8, repeats=7, executor_probe=False)
+    p = profile(_real_spec(), ranks=2, microbatches=8, repeats=7, executor_probe=False)
     return ("demo-gpt-profiled-2x8-cap0.8", replace(p, memory_limit=round(0.8 * _one_f_one_b_peak(p), 3)))
+
+
+def train_check(problem, plans: dict, *, steps: int = 6, passes: int = 3) -> None:
+    """Run ``plans`` on 2 gloo ranks, interleaved (``passes`` passes of 3 warm-up + ``steps``
+    steps), and print per plan the median measured step against the prediction and each rank's
+    process-measured peak against the predicted one."""
+    import statistics
+    from flexpipe_ui.sim import simulate
+    from kernel_runtime.measure.tuning import measure_plans
+    measured = measure_plans(list(plans.values()), model=_real_spec(), steps=steps, warmup=3, repeat=passes,
+                             devices="cpu", timeout=600)
+    for (name, plan), tls in zip(plans.items(), measured):
+        sim = simulate(plan, problem)
+        meas = statistics.median(tl.makespan for tl in tls)
+        peaks = [tl.peak_memory_measured for tl in tls if tl.peak_memory_measured]
+        meas_mem = [statistics.median(p[r] for p in peaks) for r in range(len(peaks[0]))] if peaks else []
+        pred_mem = list(sim.metrics.peak_memory)
+        mem_err = max((abs(m - q) / q for m, q in zip(meas_mem, pred_mem) if q > 0), default=float("nan"))
+        print(f"train plan={name} predicted_ms={sim.makespan:.1f} measured_ms={meas:.1f} "
+              f"step_err={(meas - sim.makespan) / sim.makespan:+.3f} predicted_peak={'/'.join(f'{x:.2f}' for x in pred_mem)} "
+              f"measured_peak={'/'.join(f'{x:.2f}' for x in meas_mem)} mem_err={mem_err:.3f} "
+              f"cap={problem.memory_limit:g}")
 
 
 def baselines(problem):
@@ -103,7 +129,8 @@ def baselines(problem):
         for tag, pl, cs in variants:
             res = simulate(pl, cs)
             if fits(max(res.metrics.peak_memory), problem.memory_limit):
-                out.append((res.makespan, c.description + tag))
+                # (selective recompute is a cost transform the runtime does not run: no plan to train)
+                out.append((res.makespan, c.description + tag, None if "selective" in tag else pl))
     return out
 
 
@@ -120,20 +147,23 @@ def run_one(name, problem):
     names = [a.kind.name for _, _, a in res.best.schedule.actions()]
     n_r, n_off = names.count("R"), names.count("OFF")
     base = baselines(problem)
-    best = min(base) if base else (math.inf, "none fits")
+    best = min(base, key=lambda b: b[0]) if base else (math.inf, "none fits", None)
     speed = best[0] / sim.makespan if math.isfinite(best[0]) else math.inf
     print(f"problem={name} cap={problem.memory_limit:g} auto_ms={sim.makespan:.2f} auto_peak={peak:.1f} "
           f"fits={ok} recomputes={n_r} offloads={n_off} search_s={dt:.1f}")
     print(f"    auto: {res.candidates[0][2]}")
     print(f"    best baseline: {best[0]:.2f} ms  {best[1]}  (of {len(base)} fitting)")
     print(f"    speedup={speed:.3f}")
-    return speed, ok
+    return speed, ok, {"auto": res.best, **({"baseline": best[2]} if best[2] is not None else {})}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-real", action="store_true", help="skip the profiled model")
     ap.add_argument("--list", action="store_true", help="print the problems and exit")
+    ap.add_argument("--train", action="store_true",
+                    help="also train the profiled model's auto plan and best baseline on 2 gloo ranks "
+                         "(measured step and peak memory against the prediction)")
     args = ap.parse_args(argv)
     probs = preset_problems()
     if not args.no_real:
@@ -144,9 +174,11 @@ def main(argv=None) -> int:
         return 0
     speeds, fit = [], 0
     for name, p in probs:
-        s, ok = run_one(name, p)
+        s, ok, plans = run_one(name, p)
         speeds.append(s)
         fit += ok
+        if args.train and name.startswith("demo-gpt-profiled"):
+            train_check(p, plans)
     print(f"memory_auto_speedup_min={min(speeds):.3f} memory_auto_speedup_median={statistics.median(speeds):.3f} "
           f"fits={fit}/{len(probs)}")
     return 0

@@ -42,6 +42,7 @@ def _combine(results: list[dict]) -> dict:
                 "comm_cpu": statistics.fmean(c["comm_cpu"] for c in comms), "samples": comms[0]["samples"]}
     return {**base, "units": units, "overhead": ov, "comm": comm,
             "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results),
+            "copy_bandwidth": min((r["copy_bandwidth"] for r in results if r.get("copy_bandwidth")), default=None),
             "noise": {"repeats": base["noise"].get("repeats"),
                       "drift": max(r["noise"].get("drift", 0.0) for r in results)}}
 
@@ -93,6 +94,8 @@ def _assemble(res: dict, job, *, ranks, optimizer, comm, memory_limit, path,
     d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
     if res.get("runtime_mem"):
         d["runtime_mem"] = res["runtime_mem"] / _MIB
+    if res.get("copy_bandwidth"):       # GPUs only: bytes/ms of a pinned host copy, as MiB/ms
+        d["copy_bandwidth"] = res["copy_bandwidth"] / _MIB
     if res["units"][(0,)]["deferred"]:
         d["data_input"] = True          # the first stage's I is a no-op, its W a fused backward
     bw = c["bandwidth"] if c and c["bandwidth"] != float("inf") else None

@@ -122,7 +122,30 @@ def _measure(job: _ProfileJob, rank: int, between=None) -> dict:
            "noise": noise}
     del layers, x, tgt, times
     out["runtime_mem"] = _runtime_memory(dev)
+    out["copy_bandwidth"] = _copy_bandwidth(dev)
     return out
+
+
+def _copy_bandwidth(dev, mib: int = 64, repeats: int = 5) -> float | None:
+    """Bytes per ms of a device → pinned host copy and back (the offload kinds' copies, on a side
+    stream in the runtime), the median of ``repeats``, the slower direction; None on CPU, where
+    the runtime's offload moves nothing (the activation already lives in host memory)."""
+    if dev.type != "cuda":
+        return None
+    import torch
+    n = mib * 2 ** 20
+    src = torch.empty(n, dtype=torch.uint8, device=dev)
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    rates = []
+    for _ in range(repeats):
+        for a, b in ((host, src), (src, host)):
+            torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            a.copy_(b, non_blocking=True)
+            torch.cuda.synchronize(dev)
+            rates.append(n / ((time.perf_counter() - t) * 1e3))
+    del src, host
+    return float(min(statistics.median(rates[0::2]), statistics.median(rates[1::2])))
 
 
 def _agree(job: _ProfileJob):

@@ -105,3 +105,15 @@ def random_schedule(p: int, m: int, placement: tuple[int, ...], split: bool, see
         done.add((s, k, mb))
         rows[placement[s]].append(f"{s}{k}{mb}")
     return Schedule.from_rows(rows, m, placement)
+
+
+def assert_steps_match_reference(h, ref, steps: int, plans: int, tol: float = 1e-10) -> None:
+    """Every step of every plan of a finished launch ``h`` has the reference run's loss and
+    gradients within ``tol``."""
+    import numpy as np
+    import pytest
+    assert len(h.step_events) == steps * plans
+    for ev in h.step_events:
+        assert ev.loss == pytest.approx(ref.losses[ev.step], abs=tol)
+        g = ref.grads[ev.step]
+        assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= tol

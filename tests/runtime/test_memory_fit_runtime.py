@@ -2,8 +2,13 @@
 a cap) train on gloo with the reference's losses and gradients, split and fused backward."""
 from __future__ import annotations
 
-import numpy as np
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plans import assert_steps_match_reference  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow            # multi-process
@@ -33,10 +38,6 @@ def test_per_microbatch_recompute_and_offload_match_reference():
     h = launch([mixed, fitted.plan], model=spec, steps=2, dtype="float64", capture_grads=True, seed=1, lr=0.1)
     h.wait(120)
     ref = reference_run(spec, steps=2, seed=1, lr=0.1, dtype=torch.float64)
-    assert len(h.step_events) == 4
-    for ev in h.step_events:
-        assert ev.loss == pytest.approx(ref.losses[ev.step], abs=1e-10)
-        g = ref.grads[ev.step]
-        assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= 1e-10
+    assert_steps_match_reference(h, ref, steps=2, plans=2)
     ran = {a.kind.name for a in h.timelines[0].actions}
     assert {"R", "OFF", "LOAD", "I", "W"} <= ran

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plans import one_f_one_b  # noqa: E402
+from plans import assert_steps_match_reference, one_f_one_b  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow            # multi-process
@@ -85,11 +85,7 @@ def test_recompute_and_offload_match_reference():
     h = launch(plans, model=spec, steps=2, dtype="float64", capture_grads=True, seed=1, lr=0.1)
     h.wait(100)
     ref = reference_run(spec, steps=2, seed=1, lr=0.1, dtype=torch.float64)
-    assert len(h.step_events) == 4
-    for ev in h.step_events:
-        assert ev.loss == pytest.approx(ref.losses[ev.step], abs=1e-10)
-        g = ref.grads[ev.step]
-        assert max(float(np.abs(ev.grads[k] - g[k]).max()) for k in g) <= 1e-10
+    assert_steps_match_reference(h, ref, steps=2, plans=2)
     kinds = [{a.kind.name for a in h.timelines[i].actions} for i in (0, 2)]
     assert "R" in kinds[0] and {"OFF", "LOAD"} <= kinds[1]
 
