@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costmodel import fits
+from .costmodel import fits, fits_mask
 from .ir import Action, Plan, Schedule
 from .kinds import get_kind
 from .problem import Problem
@@ -135,8 +135,7 @@ def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload
     if not len(H):
         return []
     chosen = np.zeros(len(H), bool)
-    limit = cap * (1 + 1e-9)
-    for i in np.flatnonzero(vals > limit):
+    for i in np.flatnonzero(~fits_mask(vals, cap)):
         t = times[i]
         across = (H[:, 0] <= t) & (H[:, 1] > t)
         need = vals[i] - cap - H[across & chosen, 2].sum()

@@ -147,9 +147,11 @@ def test_probe_times_each_pattern_in_steady_state(monkeypatch):
     monkeypatch.setattr(pt, "HANDLERS", MappingProxyType({**real, **{k: spy(k) for k in "FIWB"}}))
     r = pt._one_rep(p, torch.device("cpu"))
     n = pt.STEADY
-    assert calls == ["F", "B"] * n + ["F", "I", "W"] * n
-    assert all(hooked)
+    # then STEADY forwards of a microbatch a recompute re-runs: no graph, no saved-tensor hooks
+    assert calls == ["F", "B"] * n + ["F", "I", "W"] * n + ["F"] * n
+    assert all(hooked[:2 * n]) and not any(hooked[2 * n:])
     assert len(r["bw"]) == len(r["b"]) == len(r["w"]) == n - 1 and len(r["f"]) == 2 * (n - 1)
+    assert len(r["f_nograd"]) == n - 1 and all(_finite_pos(v) for v in r["f_nograd"])
     assert all(_finite_pos(v) for k in ("f", "b", "w", "bw") for v in r[k])
     assert r["act"] > 0 and r["act_w"] >= r["act"] and r["out"] == 8 // 2 * 8 * 16 * 4 and not r["deferred"]
     # gradients accumulate over the repetition's microbatches, then are cleared
