@@ -19,7 +19,7 @@ Per problem: cap, auto's makespan and what it recomputes/offloads, the best fitt
 auto's speed-up over it; last line
 ``memory_auto_speedup_min=<x> memory_auto_speedup_median=<x> fits=<n>/<n>``.
 
-    .venv/bin/python benchmarks/bench_memory.py            # ~1-2 min (the profile is most of it)
+    .venv/bin/python benchmarks/bench_memory.py            # ~2 min (the profile is most of it)
     .venv/bin/python benchmarks/bench_memory.py --no-real  # presets only, seconds
     .venv/bin/python benchmarks/bench_memory.py --train    # + the profiled model trained on gloo (~2 min more)
 """
@@ -83,7 +83,7 @@ def _real_spec():
 def real_problem():
     """The demo GPT profiled on this machine (2 ranks, 8 microbatches), capped at 0.8 of 1F1B."""
     from kernel_runtime import profile
-    p = profile(_real_spec(), ranks=2, microbatches=8, repeats=7, executor_probe=False)
+    p = profile(_real_spec(), ranks=2, microbatches=8)
     return ("demo-gpt-profiled-2x8-cap0.8", replace(p, memory_limit=round(0.8 * _one_f_one_b_peak(p), 3)))
 
 
