@@ -165,3 +165,20 @@ def test_the_gantt_draws_recompute_and_copies_as_their_own_bars_with_the_memory_
     assert "stage" in bars["LOAD"].hovertemplate and "memory" in bars["LOAD"].hovertemplate
     # the memory lanes see the drops: rank 0's curve never rises above the simulated peak
     assert any(t.type == "scatter" and "memory" in (t.name or "").lower() for t in fig.data)
+
+
+def test_the_auto_panel_says_what_the_cap_cost():
+    pytest.importorskip("ipywidgets")
+    from flexpipe_ui import presets
+    from flexpipe_ui.widgets import AutoPanel
+    p = presets.tight_memory(4, 8, fraction=0.6)
+    panel = AutoPanel(p, time_limit=30)
+    panel.run(wait=True)
+    assert panel.error is None, panel.status
+    assert panel.memory_line.startswith(f"fits {p.memory_limit:g} with ")
+    assert "recomputes" in panel.memory_line and "full recompute + best named" in panel.memory_line
+    assert "full recompute + best named" in panel.status
+    # without a cap, no such line
+    free = AutoPanel(replace(p, memory_limit=None), time_limit=30)
+    free.run(wait=True)
+    assert free.memory_line == "" and "full recompute" not in free.status
