@@ -112,7 +112,7 @@ def train_check(problem, plans: dict, *, steps: int = 6, passes: int = 3) -> Non
 def baselines(problem):
     """(makespan, description) of every fitting baseline."""
     from flexpipe_ui.costmodel import fits, selective_recompute
-    from flexpipe_ui.memory_fit import AddMemoryOps
+    from flexpipe_ui.memory_fit import full_recompute
     from flexpipe_ui.search import space as sp
     from flexpipe_ui.sim import simulate
     out = []
@@ -121,9 +121,8 @@ def baselines(problem):
             plan = c.build()
         except Exception:
             continue
-        pairs = tuple(sorted({(a.stage, a.microbatch) for _, _, a in plan.schedule.actions()}))
         costs = problem.stage_costs(plan.partition, plan.schedule.placement)
-        variants = [("", plan, costs), (" + full recompute", plan.edit(AddMemoryOps(recompute=pairs)), costs)]
+        variants = [("", plan, costs), (" + full recompute", full_recompute(plan), costs)]
         if costs.act_sel is not None:
             variants.append((" + selective recompute", plan, selective_recompute(costs)))
         for tag, pl, cs in variants:
