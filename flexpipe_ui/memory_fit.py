@@ -242,6 +242,12 @@ def best_named_full_recompute(problem: Problem) -> tuple[float, str]:
     return best
 
 
+SUMMARY_MAX_ACTIONS = 40_000
+"""Above this many actions ``memory_summary`` leaves the baseline out: it simulates every library
+schedule with full recompute (1.7 s at 16 × 64, 20 s at 64 × 256 on this machine), which a
+panel's "done" should not wait for."""
+
+
 def memory_summary(plan: Plan, problem: Problem, makespan: float | None = None) -> str:
     """One line for a capped problem: "fits with N recomputes, M offloads, x ms" against "full
     recompute + best named: y ms" (what a user on a tight device falls back to)."""
@@ -249,8 +255,13 @@ def memory_summary(plan: Plan, problem: Problem, makespan: float | None = None) 
     if makespan is None:
         from .sim import simulate
         makespan = simulate(plan, problem).makespan
-    base, desc = best_named_full_recompute(problem)
-    tail = (f"full recompute + best named: {base:.6g} ms ({desc}), {base / makespan:.3f}x"
-            if base != float("inf") else "full recompute + best named: none fits")
+    n = plan.schedule.num_actions
+    if n > SUMMARY_MAX_ACTIONS:
+        tail = (f"full recompute + best named: not simulated at {n} actions "
+                "(flexpipe_ui.memory_fit.best_named_full_recompute(problem) does it)")
+    else:
+        base, desc = best_named_full_recompute(problem)
+        tail = (f"full recompute + best named: {base:.6g} ms ({desc}), {base / makespan:.3f}x"
+                if base != float("inf") else "full recompute + best named: none fits")
     return (f"fits {problem.memory_limit:g} with {names.count('R')} recomputes, {names.count('OFF')} offloads, "
             f"{makespan:.6g} ms; {tail}")

@@ -182,3 +182,14 @@ def test_the_auto_panel_says_what_the_cap_cost():
     free = AutoPanel(replace(p, memory_limit=None), time_limit=30)
     free.run(wait=True)
     assert free.memory_line == "" and "full recompute" not in free.status
+
+
+def test_the_summary_leaves_the_baseline_out_past_its_size(monkeypatch):
+    import flexpipe_ui.memory_fit as mf
+    from flexpipe_ui import presets
+    p = presets.tight_memory(4, 8, fraction=0.6)
+    plan = full_recompute(build_named("1f1b", p))
+    monkeypatch.setattr(mf, "SUMMARY_MAX_ACTIONS", 10)
+    line = memory_summary(plan, p)
+    assert f"with {p.microbatches * plan.schedule.num_stages} recomputes" in line
+    assert "not simulated at" in line and "best_named_full_recompute" in line
