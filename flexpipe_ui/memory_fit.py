@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costmodel import fits, fits_mask
+from .costmodel import copy_time, fits, fits_mask
 from .ir import Action, Plan, Schedule
 from .kinds import get_kind
 from .problem import Problem
@@ -128,8 +128,6 @@ def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload
     """(pair, "R" or "OFF") choices on ``rank``: at every instant its memory is over ``cap``, in
     time order, drop activations held across it (the longest-held first) until the drops chosen
     so far cover the overshoot there."""
-    from .costmodel import copy_time
-    from .kinds import StageCost
     times, vals = curves[rank]
     H = rows[rows[:, 0] == rank][:, 1:]
     if not len(H):
@@ -153,8 +151,7 @@ def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload
         s, m, act, f = int(H[j, 4]), int(H[j, 5]), H[j, 2], H[j, 3]
         kind = "R"
         if allow_offload and s != last_stage and costs.copy_bandwidth:
-            copy = copy_time(StageCost(0.0, 0.0, 0.0, act, 0.0, None, costs.copy_bandwidth), 0.0)
-            if copy < f:
+            if copy_time(act, costs.copy_bandwidth, 0.0) < f:
                 kind = "OFF"
         out.append(((s, m), kind))
     return out
@@ -211,8 +208,7 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
             break
         rec += [p for p, k in picks if k == "R"]
         off += [p for p, k in picks if k == "OFF"]
-        base = plan
-        cur = base.edit(AddMemoryOps(tuple(sorted(rec)), tuple(sorted(off))))
+        cur = plan.edit(AddMemoryOps(tuple(sorted(rec)), tuple(sorted(off))))
         res = simulate(cur, problem)
     return FitResult(None, tuple(rec), tuple(off), float(res.makespan),
                      tuple(float(x) for x in res.metrics.peak_memory), rnd)

@@ -47,11 +47,11 @@ def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
         raise ValueError(f"prefetch must be an integer >= 1 (stages ahead), got {prefetch!r}")
     off = register_kind(Kind(
-        "OFF", "other", lambda c: copy_time(c, seconds_per_unit), stream="copy",
+        "OFF", "other", lambda c: copy_time(c.act, c.copy_bandwidth, seconds_per_unit), stream="copy",
         after=(Dep(frozenset({"F"}), 0),), mem_end=-1.0,  # frees device memory when the copy ends
         color="#8c564b", description="offload the activation to host memory"))
     load = register_kind(Kind(
-        "LOAD", "other", lambda c: copy_time(c, seconds_per_unit), stream="copy",
+        "LOAD", "other", lambda c: copy_time(c.act, c.copy_bandwidth, seconds_per_unit), stream="copy",
         after=(Dep(frozenset({"OFF"}), 0), Dep(frozenset({"I", "B"}), prefetch)),
         before=frozenset({"I", "B"}),                     # the backward waits for the copy
         mem_start=1.0,                                    # back on the device from its start

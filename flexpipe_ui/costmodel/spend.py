@@ -19,7 +19,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..kinds import StageCost
 from .stage import StageCosts
 
 __all__ = ["fold_liveness", "selective_recompute", "nograd_forwards", "copy_time"]
@@ -66,9 +65,9 @@ def nograd_forwards(g) -> np.ndarray:
     return (g.kind == fid) & has_r
 
 
-def copy_time(c: StageCost, default_rate: float) -> float:
-    """One offload or reload copy of a stage's activation: ``act / copy_bandwidth``, else
-    ``default_rate`` per MiB."""
-    if c.copy_bandwidth:
-        return c.act / c.copy_bandwidth
-    return default_rate * c.act
+def copy_time(act: float, copy_bandwidth: float | None, default_rate: float) -> float:
+    """One offload or reload copy of ``act`` MiB: ``act / copy_bandwidth``, else ``default_rate``
+    per MiB."""
+    if copy_bandwidth:
+        return act / copy_bandwidth
+    return default_rate * act
