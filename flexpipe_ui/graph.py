@@ -2,7 +2,9 @@
 
 The validator and the simulator both read this one compiled form, so the dependency rules exist once.
 Actions are numbered rank by rank in list order; a *lane* is (rank, stream): the compute stream
-runs its actions one at a time in list order, and so does every other stream.
+runs its actions one at a time in list order, and so does every other stream. An action on another
+stream (a copy) also waits for the compute action before it in its rank's list: that is where the
+runtime issues it.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Graph:
     src: np.ndarray                  # dependency edges src → dst (src must end before dst starts)
     dst: np.ndarray
     missing: tuple[tuple[int, int], ...]   # (action index, dep index in kind.after) not found
+    issued: int = 0                  # the last ``issued`` edges come from list order (_issue_edges), not the kinds
 
     @property
     def n(self) -> int:
@@ -204,12 +207,31 @@ def _compile(s: Schedule) -> Graph:
                 hit = tgt >= 0
                 src_l.append(idx[hit])
                 dst_l.append(tgt[hit])
+    issued = 0
+    if n_streams > 1 and n:
+        a, b = _issue_edges(rank, kstream[kid] == 0)
+        src_l.append(a)
+        dst_l.append(b)
+        issued = len(a)
     src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
     dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
     # position within lane: actions are rank-major in list order, so a stable sort by lane keeps order
     lane_pos = positions_within(lane)
     return Graph(s, acts, klist, rank, stage, kid, mb, pos, lane, lane_pos, s.ranks * n_streams,
-                 src, dst, tuple(missing))
+                 src, dst, tuple(missing), issued)
+
+
+def _issue_edges(rank: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An action on another stream (a copy) is issued where it stands in its rank's list: it starts
+    after the compute action before it there ends, as the runtime's side stream waits for the
+    compute stream's work issued so far (``wait_stream``) when it reaches the copy. Edges
+    (that compute action → the copy); actions are rank-major in list order."""
+    n = len(rank)
+    idx = np.arange(n)
+    last = np.maximum.accumulate(np.where(compute, idx, -1))
+    first = np.searchsorted(rank, rank, side="left")          # each action's rank's first index
+    ok = ~compute & (last >= first)
+    return last[ok], idx[ok]
 
 
 def positions_within(groups) -> np.ndarray:

@@ -180,9 +180,12 @@ def kinds() -> dict[str, Kind]:
 def ensure_registered(used: Iterable[Kind]) -> None:
     """Register each of ``used`` whose name is not registered yet (a plan that carries its kinds,
     e.g. the search's result, stays usable after the search's own registrations are undone)."""
-    for kind in used:
-        if kind.name not in _REGISTRY:
-            register_kind(kind)
+    todo = [k for k in {k.name: k for k in used}.values() if k.name not in _REGISTRY]
+    while todo:                      # a kind after the kinds it depends on (LOAD after OFF)
+        ready = [k for k in todo if all(set(d.kinds) <= set(_REGISTRY) | {k.name} for d in k.after)]
+        for k in ready or todo[:1]:  # none ready: register_kind names the unknown dependency
+            register_kind(k)
+        todo = [k for k in todo if k.name not in _REGISTRY]
 
 
 @contextmanager

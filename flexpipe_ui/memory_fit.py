@@ -34,22 +34,34 @@ __all__ = ["AddMemoryOps", "FitResult", "fit_memory", "add_memory_ops", "full_re
 class AddMemoryOps:
     """Edit step: recompute the ``recompute`` (stage, microbatch) pairs (an ``R`` just before
     each one's backward) and offload the ``offload`` pairs (``OFF`` just after the forward,
-    ``LOAD`` just before the backward)."""
+    ``LOAD`` just before the backward, or ``k`` compute actions before it for each
+    ``(stage, microbatch, k)`` in ``lead``: the copy is issued there and runs under them)."""
 
     recompute: tuple[tuple[int, int], ...] = ()
     offload: tuple[tuple[int, int], ...] = ()
+    lead: tuple[tuple[int, int, int], ...] = ()
 
     def apply(self, s: Schedule) -> Schedule:
-        return add_memory_ops(s, self.recompute, self.offload)
+        return add_memory_ops(s, self.recompute, self.offload, self.lead)
 
 
-def add_memory_ops(s: Schedule, recompute=(), offload=()) -> Schedule:
+def add_memory_ops(s: Schedule, recompute=(), offload=(), lead=()) -> Schedule:
     """The schedule with ``R`` / ``OFF`` + ``LOAD`` inserted for the given (stage, microbatch)
-    pairs; an error names a pair that has no forward, or is asked for twice."""
+    pairs (``lead``: (stage, microbatch, k) issues that ``LOAD`` k compute actions before its
+    backward, never before its ``OFF``); an error names a pair that has no forward, is asked for
+    twice, or has a lead but is not offloaded."""
     from .ir import EditError
     from .ops import register_missing
     rec = {(int(a), int(b)) for a, b in recompute}
     off = {(int(a), int(b)) for a, b in offload}
+    ahead = {}
+    for item in lead:
+        st, m, k = (int(x) for x in item)
+        if (st, m) not in off:
+            raise EditError(f"AddMemoryOps: lead for stage {st} microbatch {m}, which is not offloaded")
+        if k < 0:
+            raise EditError(f"AddMemoryOps: lead for stage {st} microbatch {m} must be >= 0, got {k}")
+        ahead[(st, m)] = k
     if rec & off:
         raise EditError(f"AddMemoryOps: {sorted(rec & off)[:3]} are both recomputed and offloaded")
     names = set()
@@ -76,12 +88,27 @@ def add_memory_ops(s: Schedule, recompute=(), offload=()) -> Schedule:
                 if pair in rec:
                     out.append(Action(a.stage, R, a.microbatch))
                 elif pair in off:
-                    out.append(Action(a.stage, LOAD, a.microbatch))
+                    _insert_ahead(out, Action(a.stage, LOAD, a.microbatch), ahead.get(pair, 0))
             out.append(a)
             if a.kind.is_forward and pair in off:
                 out.append(Action(a.stage, OFF, a.microbatch))
         order.append(out)
     return s.with_order(order)
+
+
+def _insert_ahead(out: list, load: Action, k: int) -> None:
+    """Put ``load`` into ``out`` (the row so far) ``k`` compute actions before its end, never
+    before its own ``OFF``."""
+    i = len(out)
+    while k > 0 and i > 0:
+        prev = out[i - 1]
+        if prev.stage == load.stage and prev.microbatch == load.microbatch and (
+                prev.kind.name == "OFF" or prev.kind.is_forward):
+            break
+        i -= 1
+        if prev.kind.stream == "compute":
+            k -= 1
+    out.insert(i, load)
 
 
 @dataclass(frozen=True)
@@ -124,15 +151,47 @@ def _candidates(tl, costs, taken: set) -> np.ndarray:
     return rows[ok]
 
 
-def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload: bool, last_stage: int):
+def _copies(tl, rank: int) -> list:
+    """(start, end) of the copies already on ``rank``'s copy lane."""
+    return [(float(a), float(b)) for x, r, a, b in zip(tl.actions, tl.rank, tl.start, tl.end)
+            if r == rank and x.kind.stream != "compute"]
+
+
+def _busy(spans: list, lo: float, hi: float) -> float:
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+
+
+def _room(h, t: float, bw: float, copies: list, last_stage: int) -> bool:
+    """Whether the held activation ``h`` (a ``_picks`` row) can be offloaded so it is off the
+    device at ``t``: both copies fit between its forward and its backward on a copy lane busy
+    ``copies`` (which the copies then join)."""
+    st, fend, bstart = int(h[4]), h[0], h[1] + h[3]
+    if st == last_stage:
+        return False
+    c = copy_time(h[2], bw, 0.0)
+    if fend + c <= t < bstart - c and _busy(copies, fend, bstart) + 2 * c <= 0.9 * (bstart - fend):
+        copies += [(fend, fend + c), (bstart - c, bstart)]
+        return True
+    return False
+
+
+def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload: bool, last_stage: int,
+           copies: list, offload_first: bool = False):
     """(pair, "R" or "OFF") choices on ``rank``: at every instant its memory is over ``cap``, in
     time order, drop activations held across it (the longest-held first) until the drops chosen
-    so far cover the overshoot there."""
+    so far cover the overshoot there. A drop is an offload when copies are allowed, the copy lane
+    has room for both copies between the forward and the backward (``copies``: its busy spans,
+    which the chosen offloads join), and the activation is off the device at that instant (after
+    its ``OFF`` ends, before its ``LOAD`` must start); else a recompute. ``offload_first``: every
+    drop that can be an offload is taken before any recompute, and recomputes go by the least
+    forward time per unit of memory freed."""
     times, vals = curves[rank]
     H = rows[rows[:, 0] == rank][:, 1:]
     if not len(H):
         return []
     chosen = np.zeros(len(H), bool)
+    kinds = {}
+    bw = costs.copy_bandwidth if allow_offload else None
     for i in np.flatnonzero(~fits_mask(vals, cap)):
         t = times[i]
         across = (H[:, 0] <= t) & (H[:, 1] > t)
@@ -141,19 +200,83 @@ def _picks(curves, costs, cap: float, rank: int, rows: np.ndarray, allow_offload
             continue
         cand = np.flatnonzero(across & ~chosen)
         cand = cand[np.argsort(-(H[cand, 1] - H[cand, 0]), kind="stable")]   # longest held first
+        if bw and offload_first:
+            # every drop whose copies the lane has room for first (a hidden copy costs no
+            # compute), then recomputes, the least forward time per unit freed first
+            for j in cand:
+                if need > 0 and _room(H[j], t, bw, copies, last_stage):
+                    chosen[j] = True
+                    need -= H[j, 2]
+                    kinds[j] = "OFF"
+            cand = cand[~chosen[cand]]
+            cand = cand[np.argsort(H[cand, 3] / H[cand, 2], kind="stable")]
         for j in cand:
             if need <= 0:
                 break
             chosen[j] = True
             need -= H[j, 2]
-    out = []
-    for j in np.flatnonzero(chosen):
-        s, m, act, f = int(H[j, 4]), int(H[j, 5]), H[j, 2], H[j, 3]
-        kind = "R"
-        if allow_offload and s != last_stage and costs.copy_bandwidth:
-            if copy_time(act, costs.copy_bandwidth, 0.0) < f:
-                kind = "OFF"
-        out.append(((s, m), kind))
+            kinds[j] = "OFF" if bw and not offload_first and _room(H[j], t, bw, copies, last_stage) else "R"
+    return [((int(H[j, 4]), int(H[j, 5])), kinds[j]) for j in np.flatnonzero(chosen)]
+
+
+def _resident_offloads(tl, curves, cap: float, off: list) -> set:
+    """The offloaded (stage, microbatch) pairs whose activation is on the device (between its
+    forward's end and its ``OFF``'s end, or from its ``LOAD``'s start) at an instant its rank is
+    over ``cap``."""
+    want = set(off)
+    spans: dict = {}
+    for a, r, b, e in zip(tl.actions, tl.rank, tl.start, tl.end):
+        pair = (a.stage, a.microbatch)
+        if pair not in want:
+            continue
+        d = spans.setdefault(pair, {"rank": int(r)})
+        d[a.kind.name if a.kind.name in ("OFF", "LOAD") else ("F" if a.kind.is_forward else
+          ("B" if a.kind.computes_input_grad else "x"))] = (float(b), float(e))
+    out = set()
+    for pair, d in spans.items():
+        if not {"F", "OFF", "LOAD", "B"} <= d.keys():
+            continue
+        times, vals = curves[d["rank"]]
+        over = times[~fits_mask(vals, cap)]
+        if not len(over):
+            continue
+        on = ((over >= d["F"][1]) & (over < d["OFF"][1])) | ((over >= d["LOAD"][0]) & (over < d["B"][0]))
+        if on.any():
+            out.add(pair)
+    return out
+
+
+def _leads(tl, costs, pairs) -> dict:
+    """For each offloaded (stage, microbatch): how many compute actions before its backward its
+    ``LOAD`` is issued so the copy (``copy_time``) ends by the backward's start in ``tl``."""
+    sched = tl.schedule
+    out = {}
+    if sched is None or not pairs:
+        return out
+    want = set(pairs)
+    base = 0
+    index = {}
+    for r, row in enumerate(sched.order):
+        for i, a in enumerate(row):
+            if a.kind.computes_input_grad and (a.stage, a.microbatch) in want:
+                index[(a.stage, a.microbatch)] = (r, i, base + i)
+        base += len(row)
+    starts = {}
+    for (st, m), (r, i, flat) in index.items():
+        row = sched.order[r]
+        c = copy_time(float(costs.act[st]), costs.copy_bandwidth, 0.0)
+        tb = float(tl.start[flat])
+        k, j = 0, i - 1
+        while j >= 0:
+            a = row[j]
+            if a.stage == st and a.microbatch == m and (a.kind.is_forward or a.kind.name == "OFF"):
+                break
+            if a.kind.stream == "compute":
+                if float(tl.end[flat - (i - j)]) + c <= tb + 1e-9:
+                    break
+                k += 1
+            j -= 1
+        out[(st, m)] = k
     return out
 
 
@@ -171,17 +294,37 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
                max_rounds: int = 48, give_up_above: float | None = None) -> FitResult:
     """``plan`` with recompute / offload on the fewest (stage, microbatch) pairs this greedy finds
     so every rank's simulated peak fits ``cap`` (default the problem's ``memory_limit``).
-    ``offload`` (default: when the problem has ``copy_bandwidth``) lets it choose offload where a
-    copy costs less than the forward it saves. ``FitResult.plan`` is None when dropping every
-    activation held at a peak still does not fit, or (``give_up_above``, the search's incumbent)
-    once a round's plan is already slower than that: drops only add work."""
-    from .sim import simulate
-    from .timeline import memory_at
+    ``offload`` (default: when the problem has ``copy_bandwidth``) also tries offloading where the
+    copy lane has room for both copies, each ``LOAD`` issued early enough to end by its backward,
+    twice (offloading where a drop's lane has room; offloading every drop that can be before any
+    recompute) and keeps the fastest of those fits and the recompute-only one. ``FitResult.plan`` is None when
+    dropping every activation held at a peak still does not fit, or (``give_up_above``, the
+    search's incumbent) once a round's plan is already slower than that: drops only add work."""
     cap = problem.memory_limit if cap is None else cap
     if offload is None:
         offload = problem.copy_bandwidth is not None
+    best = _fit(plan, problem, cap, False, max_rounds, give_up_above)
+    if offload and problem.copy_bandwidth:
+        for first in (False, True):   # offload where the lane has room / offload before any recompute
+            bar = give_up_above if best.plan is None else min(best.makespan, give_up_above or float("inf"))
+            alt = _fit(plan, problem, cap, True, max_rounds, bar, offload_first=first)
+            if alt.plan is not None and (best.plan is None or alt.makespan < best.makespan):
+                best = alt
+    return best
+
+
+def _edit(plan: Plan, rec: list, off: list, lead: dict) -> Plan:
+    return plan.edit(AddMemoryOps(tuple(sorted(rec)), tuple(sorted(off)),
+                                  tuple(sorted((a, b, k) for (a, b), k in lead.items() if k))))
+
+
+def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give_up_above,
+         offload_first: bool = False) -> FitResult:
+    from .sim import simulate
+    from .timeline import memory_at
     rec: list = []
     off: list = []
+    lead: dict = {}
     cur = plan
     last = plan.schedule.num_stages - 1
     res = simulate(cur, problem)
@@ -189,7 +332,10 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
     for rnd in range(max_rounds + 1):
         peaks = tuple(float(x) for x in res.metrics.peak_memory)
         if cap is None or all(fits(p, cap) for p in peaks):
-            return FitResult(cur, tuple(rec), tuple(off), float(res.makespan), peaks, rnd)
+            if off:
+                cur, res = _polish_leads(plan, problem, cap, rec, off, lead, cur, res)
+            return FitResult(cur, tuple(rec), tuple(off), float(res.makespan),
+                             tuple(float(x) for x in res.metrics.peak_memory), rnd)
         curves = memory_at(res.timeline, res.costs)[1]     # every rank's curve, one pass
         over = _overshoot(curves, cap)
         if give_up_above is not None and res.makespan >= give_up_above:
@@ -203,15 +349,53 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
         picks = []
         for r, p in enumerate(peaks):
             if not fits(p, cap):
-                picks += _picks(curves, res.costs, cap, r, rows, offload, last)
+                copies = _copies(res.timeline, r) if offload else []
+                picks += _picks(curves, res.costs, cap, r, rows, offload, last, copies, offload_first)
+        if not picks and off:
+            # what is left over the cap is offloaded activations still on the device (copying
+            # out, or reloaded ahead): recompute those instead
+            back = _resident_offloads(res.timeline, curves, cap, off)
+            if back:
+                off = [p for p in off if p not in back]
+                for pair in back:
+                    lead.pop(pair, None)
+                picks = [(pair, "R") for pair in sorted(back)]
+                prev_over = None
         if not picks:
             break
         rec += [p for p, k in picks if k == "R"]
-        off += [p for p, k in picks if k == "OFF"]
-        cur = plan.edit(AddMemoryOps(tuple(sorted(rec)), tuple(sorted(off))))
+        new_off = [p for p, k in picks if k == "OFF"]
+        off += new_off
+        lead.update(_leads(res.timeline, res.costs, new_off))
+        cur = _edit(plan, rec, off, lead)
         res = simulate(cur, problem)
     return FitResult(None, tuple(rec), tuple(off), float(res.makespan),
                      tuple(float(x) for x in res.metrics.peak_memory), rnd)
+
+
+def _polish_leads(plan, problem, cap, rec, off, lead, cur, res, rounds: int = 6):
+    """Issue each ``LOAD`` that its backward still waits for one compute action earlier, while
+    that makes the plan faster and it still fits (``lead`` is updated in place)."""
+    from .sim import simulate
+    for _ in range(rounds):
+        tl = res.timeline
+        start = {str(a): (float(b), float(e)) for a, b, e in zip(tl.actions, tl.start, tl.end)}
+        trial = dict(lead)
+        for st, m in off:
+            ld = start.get(f"{st}LOAD{m}")
+            bw = start.get(f"{st}I{m}") or start.get(f"{st}B{m}")
+            if ld and bw and bw[0] <= ld[1] + 1e-9:
+                trial[(st, m)] = trial.get((st, m), 0) + 1
+        if trial == lead:
+            break
+        cand = _edit(plan, rec, off, trial)
+        r2 = simulate(cand, problem)
+        if r2.makespan >= res.makespan - 1e-9 or not all(fits(float(p), cap) for p in r2.metrics.peak_memory):
+            break
+        lead.clear()
+        lead.update(trial)
+        cur, res = cand, r2
+    return cur, res
 
 
 def full_recompute(plan: Plan) -> Plan:

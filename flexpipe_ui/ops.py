@@ -10,8 +10,8 @@ plan file that names them registers them (``register_missing``, called by ``plan
 - ``R`` recompute: F keeps no activation (``adjust`` makes F free it at its end); ``R`` re-runs the
   forward (cost F) right before the stage's backward and holds the activation until W/B frees it.
 - ``OFF`` offload / ``LOAD`` reload, on a copy stream (no compute time): ``OFF`` moves the
-  activation to the host after F and frees it at its end; ``LOAD`` brings it back when the
-  downstream backward is done (the gradient is on its way), and the backward waits for it: the
+  activation to the host after F and frees it at its end; ``LOAD`` brings it back, issued where
+  it stands in the rank's list (as the runtime issues it), and the backward waits for it: the
   transfer cost is the stage's activation over the problem's ``copy_bandwidth``, else
   ``seconds_per_unit`` × its size (``costmodel.copy_time``).
 """
@@ -37,22 +37,22 @@ def register_recompute() -> Kind:
         color="#ff7f0e", description="recompute the forward before the backward"))
 
 
-def register_offload(seconds_per_unit: float = 0.25, prefetch: int = 1) -> tuple[Kind, Kind]:
+def register_offload(seconds_per_unit: float = 0.25) -> tuple[Kind, Kind]:
     """Register ``OFF``/``LOAD``: transfers take ``act / copy_bandwidth`` (the problem's), else
-    ``seconds_per_unit`` per unit of activation;
-    ``LOAD`` starts once the backward of stage s + ``prefetch`` is done (1: when the gradient
-    arrives, so the backward waits for the copy; 2: one stage earlier, hiding short copies)."""
+    ``seconds_per_unit`` per unit of activation. Both run on the rank's copy lane in list order,
+    each issued where it stands in the rank's list (after the compute action before it ends, as
+    the runtime's side stream waits for the compute stream): ``LOAD`` placed just before its
+    backward starts when the rank's previous action ends; placed a few actions earlier it hides
+    the copy under them (``memory_fit`` places it so), holding the activation that much longer."""
     if not seconds_per_unit >= 0:
         raise ValueError(f"seconds_per_unit must be >= 0, got {seconds_per_unit!r}")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-        raise ValueError(f"prefetch must be an integer >= 1 (stages ahead), got {prefetch!r}")
     off = register_kind(Kind(
         "OFF", "other", lambda c: copy_time(c.act, c.copy_bandwidth, seconds_per_unit), stream="copy",
         after=(Dep(frozenset({"F"}), 0),), mem_end=-1.0,  # frees device memory when the copy ends
         color="#8c564b", description="offload the activation to host memory"))
     load = register_kind(Kind(
         "LOAD", "other", lambda c: copy_time(c.act, c.copy_bandwidth, seconds_per_unit), stream="copy",
-        after=(Dep(frozenset({"OFF"}), 0), Dep(frozenset({"I", "B"}), prefetch)),
+        after=(Dep(frozenset({"OFF"}), 0),),
         before=frozenset({"I", "B"}),                     # the backward waits for the copy
         mem_start=1.0,                                    # back on the device from its start
         color="#e377c2", description="reload the offloaded activation before the backward"))

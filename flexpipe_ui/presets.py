@@ -43,12 +43,20 @@ class Device:
     """Fixed per-message latency."""
     memory_mib: float = 80.0 * 1024
     """Device memory, MiB (the presets' default ``memory_limit``)."""
+    host_gbps: float | None = 50.0
+    """Device-host copy bandwidth for offload, GB/s, each way (pinned memory over PCIe 5.0 x16,
+    64 GB/s nominal); None: no offload. Becomes the problem's ``copy_bandwidth``."""
 
     def ms(self, flops: float) -> float:
         return flops / (self.tflops * 1e12) * 1e3
 
     def comm_ms(self, nbytes: float) -> float:
         return self.link_latency_ms + nbytes / (self.link_gbps * 1e9) * 1e3
+
+    @property
+    def copy_bandwidth(self) -> float | None:
+        """``host_gbps`` in MiB per ms (the problem's unit)."""
+        return None if self.host_gbps is None else self.host_gbps * 1e9 / _MIB / 1e3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +149,7 @@ def _problem(ranks: int, microbatches: int, layers, comm: float, memory_limit, n
     if ranks < 1 or microbatches < 1:
         raise PresetError(f"ranks and microbatches must be >= 1, got {ranks}, {microbatches}")
     return Problem(ranks=ranks, microbatches=microbatches, layers=tuple(layers), comm=comm,
-                   memory_limit=memory_limit, meta={"preset": name, "units": {"time": "ms", "memory": "MiB"},
+                   memory_limit=memory_limit, copy_bandwidth=(dev or Device()).copy_bandwidth, meta={"preset": name, "units": {"time": "ms", "memory": "MiB"},
                                                     **meta})
 
 

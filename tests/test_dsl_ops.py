@@ -61,9 +61,14 @@ def test_offload_frees_memory_between_forward_and_backward(p, m):
     assert sum(off.metrics.busy) == pytest.approx(sum(base.metrics.busy))
     assert base.makespan <= off.makespan <= base.makespan + m * 0.25 * (p - 1) + 1e-9
     tl = off.timeline
-    for a, st, r in zip(tl.actions, tl.start, tl.rank):
-        if a.kind.name == "LOAD":  # reload waits for the downstream backward (the gradient)
-            assert st >= tl.of(f"{a.stage + 1}B{a.microbatch}")[1] - 1e-9
+    for row in s.order:            # a copy is issued where it stands: after the compute action before it
+        for i, a in enumerate(row):
+            if a.kind.name != "LOAD":
+                continue
+            before = [x for x in row[:i] if x.kind.stream == "compute"]
+            if before:
+                assert tl.of(a)[0] >= tl.of(before[-1])[1] - 1e-9
+            assert tl.of(f"{a.stage}B{a.microbatch}")[0] >= tl.of(a)[1] - 1e-9   # the backward waits for it
 
 
 def test_a_user_kind_in_a_few_lines_is_scheduled_simulated_validated_and_drawn():
@@ -97,8 +102,8 @@ def test_ops_are_not_registered_on_import_and_reregistering_replaces():
     k1 = ops.register_recompute()
     k2 = ops.register_recompute()
     assert get_kind("R") is k2 and k1 == k2
-    with pytest.raises(ValueError, match="prefetch must be an integer >= 1"):
-        register_offload(prefetch=0)
+    with pytest.raises(ValueError, match="seconds_per_unit must be >= 0"):
+        register_offload(seconds_per_unit=-1)
 
 
 def test_register_known():

@@ -106,6 +106,55 @@ def test_fit_offloads_when_a_copy_is_cheaper_than_the_forward_it_saves():
     assert fit_memory(plan, replace(p, memory_limit=cap, copy_bandwidth=None)).offload == ()
 
 
+def test_a_reload_led_ahead_is_issued_that_many_compute_actions_before_its_backward():
+    s = build_named("1f1b", _problem()).schedule
+    led = add_memory_ops(s, offload=[(0, 0)], lead=[(0, 0, 2)])
+    row = [a for a in led.order[0]]
+    names = [str(a) for a in row]
+    i, j = names.index("0LOAD0"), names.index("0B0")
+    assert sum(1 for a in row[i + 1:j] if a.kind.stream == "compute") == 2
+    # a lead longer than the row since the offload stops just after the OFF
+    far = [str(a) for a in add_memory_ops(s, offload=[(0, 0)], lead=[(0, 0, 999)]).order[0]]
+    assert far.index("0LOAD0") == far.index("0OFF0") + 1
+    with pytest.raises(EditError, match="lead for stage 0 microbatch 1, which is not offloaded"):
+        add_memory_ops(s, offload=[(0, 0)], lead=[(0, 1, 1)])
+    with pytest.raises(EditError, match="must be >= 0"):
+        add_memory_ops(s, offload=[(0, 0)], lead=[(0, 0, -1)])
+
+
+def test_fit_hides_copies_slower_than_the_forward_and_beats_recomputing():
+    # a copy of a stage's activation (2 units at 0.5 per ms) takes 4, twice the stage's forward:
+    # offloading pays only if the copies run under compute, the reload issued ahead of its backward
+    p = _problem(copy_bandwidth=0.5)
+    plan = build_named("1f1b", p)
+    capped = replace(p, memory_limit=max(simulate(plan, p).metrics.static_memory) + 6.0)
+    fr = fit_memory(plan, capped)
+    rec_only = fit_memory(plan, capped, offload=False)
+    assert fr.fits and rec_only.fits and len(fr.offload) > 0
+    assert fr.makespan < rec_only.makespan
+    res = simulate(fr.plan, capped)
+    assert all(fits(x, capped.memory_limit) for x in res.metrics.peak_memory)
+    tl = res.timeline
+    span = {str(a): (st, en) for a, st, en in zip(tl.actions, tl.start, tl.end)}
+    copies = [n for n in span if "OFF" in n or "LOAD" in n]
+    assert all(span[n][1] - span[n][0] == pytest.approx(4.0) for n in copies)
+    step = fr.plan.trace[-1]
+    assert isinstance(step, AddMemoryOps) and any(k > 0 for _, _, k in step.lead)
+    # the same pairs with every reload just before its backward are slower: the leads hide them
+    flat = simulate(plan.edit(AddMemoryOps(step.recompute, step.offload)), capped)
+    assert fr.makespan < flat.makespan
+
+
+def test_kinds_carried_by_a_plan_register_in_dependency_order():
+    from flexpipe_ui.kinds import _REGISTRY, ensure_registered, get_kind
+    from flexpipe_ui.ops import register_offload
+    off, load = register_offload()
+    _REGISTRY.pop("OFF")
+    _REGISTRY.pop("LOAD")
+    ensure_registered([load, off])           # LOAD depends on OFF: registered after it
+    assert get_kind("LOAD").after[0].kinds == frozenset({"OFF"}) and get_kind("OFF") == off
+
+
 def test_a_recomputed_forward_runs_without_the_graph():
     layers = tuple(Layer(f=1.0, b=1.0, w=1.0, act=1.0, f_nograd=0.6) for _ in range(2))
     p = Problem(ranks=2, microbatches=2, layers=layers)

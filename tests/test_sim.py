@@ -91,14 +91,19 @@ def test_user_kind_recompute_and_copy_stream():
     register_kind(R)
     register_kind(O)
     try:
-        s = Schedule.from_text("r0: 0F0 0F1 0RZ0 0B0 0RZ1 0B1 0OZ0")
+        s = Schedule.from_text("r0: 0F0 0OZ0 0F1 0RZ0 0B0 0RZ1 0B1")
         res = simulate(s)
         tl = res.timeline
         assert tl.of("0RZ0") == (2, 3) and tl.of("0B0") == (3, 5)
         assert res.metrics.peak_activation == (1.0,)  # F keeps nothing; R re-creates one at a time
         assert tl.of("0OZ0") == (1, 6)           # copy stream: starts when 0F0 ends, runs beside compute
+        assert tl.of("0F1") == (1, 2)
         assert res.metrics.busy == (8.0,)        # copy work is not compute
         assert res.makespan == 8.0
+        # a copy is issued where it stands in the rank's list (the runtime's wait_stream point):
+        # listed last, it waits for the compute action before it
+        late = simulate(Schedule.from_text("r0: 0F0 0F1 0RZ0 0B0 0RZ1 0B1 0OZ0")).timeline
+        assert late.of("0OZ0") == (8, 13)
     finally:
         unregister_kind("RZ")
         unregister_kind("OZ")

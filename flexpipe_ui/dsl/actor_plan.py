@@ -134,7 +134,8 @@ def _skeleton(P: _Plan, placement, kinds_per_stage, costs: StageCosts) -> None:
     P.after_other = switch_charge(g, costs, dur).tolist()     # costmodel.switch_time, at dispatch
     P.deps = [[] for _ in range(n)]
     P.users = [[] for _ in range(n)]
-    for a, b, w in zip(g.src.tolist(), g.dst.tolist(), lat.tolist()):
+    k = len(g.src) - g.issued        # the skeleton's list order is no order: only the kinds' edges
+    for a, b, w in zip(g.src[:k].tolist(), g.dst[:k].tolist(), lat[:k].tolist()):
         P.deps[b].append((a, w))
         P.users[a].append((b, w))
     P.n_lanes = g.n_lanes

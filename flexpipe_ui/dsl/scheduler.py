@@ -32,6 +32,7 @@ chooses among at most (its stages × kinds) candidate heads, which keeps a decis
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -213,7 +214,7 @@ def _start(P: _Plan, st: _State, g: int, t: float, L: int) -> set:
         end += P.after_other[g]              # costmodel.switch_time: the lane ran another stage before
     st.last_stage[L] = P.stage[g]
     st.free[L] = end
-    st.ran[r].append((t, L, g * M + m))
+    st.ran[r].append((t, L, g * M + m, end))
     dirty = {L}
     _rank_counters(P, st, g, r, dirty)
     d = P.net[g]
@@ -312,6 +313,19 @@ def _lower_bound(P: _Plan, st: _State) -> float:
     return max(f + r for f, r in zip(st.free, rem))
 
 
+def _issue_order(P: _Plan, row: list) -> list:
+    """A rank's actions of several lanes merged into one list. A copy is issued where it stands
+    (``graph._issue_edges``: it waits for the compute action before it), so one that started at
+    ``t`` goes just after the last compute action that ended by ``t``, copies among themselves
+    by start."""
+    comp = sorted((x for x in row if P.compute_lane[x[1]]), key=lambda x: x[0])
+    ends = [x[3] for x in comp]
+    keyed = [((i, 1, x[0]), x) for i, x in enumerate(comp)]
+    keyed += [((bisect.bisect_right(ends, x[0]), 0, x[0]), x) for x in row if not P.compute_lane[x[1]]]
+    keyed.sort(key=lambda kx: kx[0])
+    return [x for _, x in keyed]
+
+
 def _orders(P: _Plan, st: _State, placement) -> Schedule:
     """Each rank's actions in start order (lanes of one rank merged by time), as a Schedule."""
     M = P.M
@@ -321,9 +335,9 @@ def _orders(P: _Plan, st: _State, placement) -> Schedule:
             tick()
         row = st.ran[r]
         if len(P.lanes_of_rank[r]) > 1:
-            row.sort(key=lambda x: (x[0], x[1]))
+            row = _issue_order(P, row)
         seq = []
-        for _, _, i in row:
+        for _, _, i, _ in row:
             g, m = divmod(i, M)
             seq.append(Action(P.stage[g], P.kind[g], m))
         order.append(tuple(seq))

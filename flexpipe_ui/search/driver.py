@@ -37,7 +37,7 @@ from ..limits import MAX_AUTO_LAYERS, MAX_AUTO_MICROBATCHES
 from ..problem import Problem, ProblemError
 from . import phases
 from . import space as sp
-from .options import SearchOptions, default_budget, options_with
+from .options import MEMORY_RESERVE, SearchOptions, default_budget, options_with
 from .result import NoFeasiblePlan, Progress, SearchCancelled, SearchResult, build_result
 from .state import SearchState, Stopped
 
@@ -92,6 +92,8 @@ def _search(problem: Problem, opts: SearchOptions) -> SearchResult:
 
 
 def _phases(problem: Problem, opts: SearchOptions, S: SearchState) -> None:
+    if problem.memory_limit is not None:
+        S.hold_back(MEMORY_RESERVE)  # for the memory spending (phases.memory_repair)
     S.begin("seeds")
     # seeds first, cheapest bound first: a seed is skipped only when its lower bound already
     # cannot beat the incumbent, so the result is never worse than the best seed

@@ -55,6 +55,12 @@ def options_with(options: SearchOptions | None, **overrides) -> SearchOptions:
                               hint=" (to cancel, pass stop=event.is_set)")
 
 
+# Under a memory cap, the share of both budgets the phases before the memory spending may not use
+# (SearchState.hold_back): at 8 x 32 with a cap the exploration alone spent every action, so no
+# over-cap plan was ever fitted by per-microbatch recompute/offload (benchmarks/bench_memory.py).
+MEMORY_RESERVE = 0.25
+
+
 def default_budget(problem: Problem) -> tuple[int, int]:
     """(evaluations, simulated actions) allowed by default.
 

@@ -288,4 +288,5 @@ def memory_repair(S: SearchState, structs: list) -> None:
     if S.problem.memory_limit is not None:
         S.run_list(sp.recompute_candidates(S.problem, best_structures(S, structs, 2)))
         from . import spend
+        S.release()   # the budget held back for this (driver._phases)
         spend.spend_memory(S)

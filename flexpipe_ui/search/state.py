@@ -57,6 +57,7 @@ class SearchState:
         self.time_limit = time_limit
         self.max_evals = max_evals
         self.max_actions = max_actions
+        self._reserve = (0, 0)           # (evaluations, actions) held back for a later phase
         self.actions = 0
         self.progress = progress
         self.stop = stop
@@ -99,6 +100,24 @@ class SearchState:
         elif self.stop():
             self.stopped = "cancelled"
         return bool(self.stopped)
+
+    def hold_back(self, share: float) -> None:
+        """Hold ``share`` of both budgets back until ``release``: the phases before it cannot
+        spend them (under a cap the exploration alone can use every action, and the memory
+        spending that follows would then fit nothing)."""
+        ev, ac = int(self.max_evals * share), int(self.max_actions * share)
+        self.max_evals -= ev
+        self.max_actions -= ac
+        self._reserve = (self._reserve[0] + ev, self._reserve[1] + ac)
+
+    def release(self) -> None:
+        """Give back what ``hold_back`` kept; a search stopped only by the smaller budget goes on."""
+        ev, ac = self._reserve
+        self.max_evals += ev
+        self.max_actions += ac
+        self._reserve = (0, 0)
+        if self.stopped in ("max_evals", "max_actions"):
+            self.stopped = ""
 
     def watch(self, bound: float | None) -> None:
         """The watcher of every build, simulation and partitioning (``flexpipe_ui.watch``): ends
