@@ -242,3 +242,17 @@ def test_the_summary_leaves_the_baseline_out_past_its_size(monkeypatch):
     line = memory_summary(plan, p)
     assert f"with {p.microbatches * plan.schedule.num_stages} recomputes" in line
     assert "not simulated at" in line and "best_named_full_recompute" in line
+
+
+def test_search_holds_budget_back_for_memory_fitting():
+    from flexpipe_ui import presets
+    from flexpipe_ui.search.state import SearchState
+    S = SearchState(presets.tight_memory(4, 8, fraction=0.8), seed=0, time_limit=None, max_evals=400,
+                    max_actions=1000, progress=None, stop=lambda: False, top=1)
+    S.hold_back(0.25)
+    assert (S.max_evals, S.max_actions) == (300, 750)
+    S.actions = 800
+    assert S.out_of_budget() and S.stopped == "max_actions"
+    S.release()
+    assert (S.max_evals, S.max_actions) == (400, 1000) and S.stopped == ""
+    assert not S.out_of_budget()
