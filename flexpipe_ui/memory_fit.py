@@ -151,10 +151,13 @@ def _candidates(tl, costs, taken: set) -> np.ndarray:
     return rows[ok]
 
 
-def _copies(tl, rank: int) -> list:
-    """(start, end) of the copies already on ``rank``'s copy lane."""
-    return [(float(a), float(b)) for x, r, a, b in zip(tl.actions, tl.rank, tl.start, tl.end)
-            if r == rank and x.kind.stream != "compute"]
+def _copies(tl) -> dict:
+    """Per rank, (start, end) of the copies already on its copy lane (one pass over the timeline)."""
+    out: dict = {}
+    for x, r, a, b in zip(tl.actions, tl.rank, tl.start, tl.end):
+        if x.kind.stream != "compute":
+            out.setdefault(int(r), []).append((float(a), float(b)))
+    return out
 
 
 def _busy(spans: list, lo: float, hi: float) -> float:
@@ -261,7 +264,6 @@ def _leads(tl, costs, pairs) -> dict:
             if a.kind.computes_input_grad and (a.stage, a.microbatch) in want:
                 index[(a.stage, a.microbatch)] = (r, i, base + i)
         base += len(row)
-    starts = {}
     for (st, m), (r, i, flat) in index.items():
         row = sched.order[r]
         c = copy_time(float(costs.act[st]), costs.copy_bandwidth, 0.0)
@@ -347,10 +349,11 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
             break
         rows = _candidates(res.timeline, res.costs, set(rec) | set(off))
         picks = []
+        lanes = _copies(res.timeline) if offload else {}
         for r, p in enumerate(peaks):
             if not fits(p, cap):
-                copies = _copies(res.timeline, r) if offload else []
-                picks += _picks(curves, res.costs, cap, r, rows, offload, last, copies, offload_first)
+                picks += _picks(curves, res.costs, cap, r, rows, offload, last, lanes.get(r, []),
+                                offload_first)
         if not picks and off:
             # what is left over the cap is offloaded activations still on the device (copying
             # out, or reloaded ahead): recompute those instead
@@ -379,11 +382,12 @@ def _polish_leads(plan, problem, cap, rec, off, lead, cur, res, rounds: int = 6)
     from .sim import simulate
     for _ in range(rounds):
         tl = res.timeline
-        start = {str(a): (float(b), float(e)) for a, b, e in zip(tl.actions, tl.start, tl.end)}
+        span = {(a.stage, a.kind.name, a.microbatch): (float(b), float(e))
+                for a, b, e in zip(tl.actions, tl.start, tl.end)}
         trial = dict(lead)
         for st, m in off:
-            ld = start.get(f"{st}LOAD{m}")
-            bw = start.get(f"{st}I{m}") or start.get(f"{st}B{m}")
+            ld = span.get((st, "LOAD", m))
+            bw = span.get((st, "I", m)) or span.get((st, "B", m))
             if ld and bw and bw[0] <= ld[1] + 1e-9:
                 trial[(st, m)] = trial.get((st, m), 0) + 1
         if trial == lead:

@@ -149,8 +149,8 @@ def _problem(ranks: int, microbatches: int, layers, comm: float, memory_limit, n
     if ranks < 1 or microbatches < 1:
         raise PresetError(f"ranks and microbatches must be >= 1, got {ranks}, {microbatches}")
     return Problem(ranks=ranks, microbatches=microbatches, layers=tuple(layers), comm=comm,
-                   memory_limit=memory_limit, copy_bandwidth=(dev or Device()).copy_bandwidth, meta={"preset": name, "units": {"time": "ms", "memory": "MiB"},
-                                                    **meta})
+                   memory_limit=memory_limit, copy_bandwidth=(dev or Device()).copy_bandwidth,
+                   meta={"preset": name, "units": {"time": "ms", "memory": "MiB"}, **meta})
 
 
 def uniform_gpt(ranks: int = 8, microbatches: int = 32, *, layers: int = 32,
