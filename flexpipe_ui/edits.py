@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .graph import reordered
 from .ir import EditError, FromText, ParseError, Plan, Schedule, edit_plan, parse_action, replay, source_of
 
 __all__ = ["Move", "Swap", "Insert", "Remove", "PinBefore", "EDIT_STEPS", "EditError", "apply_edit", "edit_plan",
@@ -44,6 +45,12 @@ def _with_row(s: Schedule, rank: int, row: list) -> Schedule:
     return s.with_order(order)
 
 
+def _reordered(s: Schedule, rank: int, row: list) -> Schedule:
+    """``_with_row`` for a row that is a permutation of the old one: the new schedule keeps what
+    was derived of the old one that a reorder cannot change (``graph.reordered``)."""
+    return reordered(s, _with_row(s, rank, row), rank)
+
+
 @dataclass(frozen=True)
 class Move:
     """Move rank ``rank``'s action at position ``src`` so that it ends up at position ``dst``."""
@@ -57,7 +64,7 @@ class Move:
         _index(row, self.rank, self.src, "src")
         _index(row, self.rank, self.dst, "dst")
         row.insert(self.dst, row.pop(self.src))
-        return _with_row(s, self.rank, row)
+        return _reordered(s, self.rank, row)
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ class Swap:
         _index(row, self.rank, self.i, "i")
         _index(row, self.rank, self.j, "j")
         row[self.i], row[self.j] = row[self.j], row[self.i]
-        return _with_row(s, self.rank, row)
+        return _reordered(s, self.rank, row)
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,7 @@ class PinBefore:
         row = list(s.order[ra])
         act = row.pop(ia)
         row.insert(ib - 1 if ia < ib else ib, act)
-        return _with_row(s, ra, row)
+        return _reordered(s, ra, row)
 
 
 EDIT_STEPS = (Move, Swap, Insert, Remove, PinBefore)

@@ -16,7 +16,8 @@ from .ir import Action, Schedule
 from .kinds import Kind
 from .limits import MAX_ACTIONS
 
-__all__ = ["Graph", "compile_schedule", "Finding", "structure_problems", "wait_cycle"]
+__all__ = ["Graph", "compile_schedule", "Finding", "structure_problems", "wait_cycle", "action_names",
+           "flat_arrays", "locate", "reordered"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,8 +97,78 @@ def _more(out: list, n: int, what: str) -> None:
         out.append(Finding(f"... {n - _SHOWN} more {what} (showing the first {_SHOWN})"))
 
 
+def reordered(parent: Schedule, child: Schedule, rank: int) -> Schedule:
+    """Mark ``child`` as ``parent`` with only rank ``rank``'s row permuted (an editor's move or
+    swap): it takes the parent's flat arrays, permuted within that row, and, since a permutation
+    within one rank changes no range, placement, duplicate or completeness, the parent's structure
+    verdict. Nothing is taken that was not made for the parent; returns ``child``."""
+    verdict = parent.derived(_structure)
+    if verdict is not None:
+        child.derived(_structure, lambda c: verdict)
+    flat = parent.derived(_flat_arrays)
+    if flat is None:
+        return child
+    acts, klist, rnk, pos, kid, stage, mb = flat
+    lo = sum(len(r) for r in parent.order[:rank])
+    old, new = parent.order[rank], child.order[rank]
+    hi = lo + len(old)
+    where = {id(a): lo + i for i, a in enumerate(old)}
+    take = np.array([where.get(id(a), -1) for a in new], dtype=np.int64)
+    if len(new) != len(old) or (take < 0).any():      # not a permutation of that row's objects
+        return child
+    perm = np.arange(len(acts))
+    perm[lo:hi] = take
+    kid2 = kid[perm]
+    # kinds are numbered in first-seen order (``kind_ids``): renumber, as a fresh flatten would
+    first = [int(np.argmax(kid2 == k)) for k in range(len(klist))]
+    seq = sorted(range(len(klist)), key=first.__getitem__)
+    if seq != list(range(len(klist))):
+        new_id = np.empty(len(klist), np.int64)
+        new_id[seq] = np.arange(len(klist))
+        kid2, klist = new_id[kid2], tuple(klist[k] for k in seq)
+    flat2 = (acts[:lo] + tuple(new) + acts[hi:], klist, rnk, pos, kid2, stage[perm], mb[perm])
+    child.derived(_flat_arrays, lambda c: flat2)
+    names = parent.derived(_names)
+    if names is not None:
+        names2 = names[:lo] + tuple(names[i] for i in take.tolist()) + names[hi:]
+        child.derived(_names, lambda c: names2)
+    return child
+
+
+def action_names(s: Schedule) -> tuple[str, ...]:
+    """Each action's text (``2F0``) in flat order (rank by rank, list order), made once per
+    schedule; a reorder's schedule takes its parent's, permuted (``reordered``)."""
+    return s.derived(_names, _names)
+
+
+def _names(s: Schedule) -> tuple[str, ...]:
+    return tuple(str(a) for a in _flatten(s)[0])
+
+
+def locate(s: Schedule, name: str) -> tuple[int, int] | None:
+    """(rank, position) of the first action whose text is ``name``, or None (by the schedule's
+    names: no pass over the action objects on each look-up)."""
+    try:
+        k = action_names(s).index(name)
+    except ValueError:
+        return None
+    _, _, rank, pos, *_ = _flatten(s)
+    return int(rank[k]), int(pos[k])
+
+
+def flat_arrays(s: Schedule):
+    """(actions, kinds, rank, position, kind id, stage, microbatch): the schedule's flat per-action
+    arrays, made once per schedule (read-only: shared with the schedules edited from it)."""
+    return _flatten(s)
+
+
 def structure_problems(s: Schedule) -> list[Finding]:
-    """Range, placement, duplicate and completeness problems (everything but ordering)."""
+    """Range, placement, duplicate and completeness problems (everything but ordering); found once
+    per schedule (a copy of the list is returned)."""
+    return list(s.derived(_structure, _structure))
+
+
+def _structure(s: Schedule) -> tuple[Finding, ...]:
     acts, klist, rank, pos, kid, stage, mb = _flatten(s)
     out: list[Finding] = []
     S, M, R = s.num_stages, s.microbatches, s.ranks
@@ -107,8 +178,8 @@ def structure_problems(s: Schedule) -> list[Finding]:
     cells = lambda idx: tuple((int(rank[i]), int(pos[i])) for i in idx)
     names = lambda idx: tuple(str(acts[i]) for i in idx)
     if S * M > max(len(acts), MAX_ACTIONS):   # before an S x M table: each pair needs an F and a backward
-        return out + [Finding(f"the schedule has {len(acts)} actions, but {S} stages x {M} microbatches need "
-                              f"at least {2 * S * M} (a forward and a backward each)")]
+        return tuple(out) + (Finding(f"the schedule has {len(acts)} actions, but {S} stages x {M} microbatches need "
+                              f"at least {2 * S * M} (a forward and a backward each)"),)
     oor = np.flatnonzero((stage >= S) | (mb >= M))
     for i in oor[:_SHOWN]:
         a = acts[i]
@@ -162,7 +233,7 @@ def structure_problems(s: Schedule) -> list[Finding]:
         idx = ok[(stage[ok] == st) & (mb[ok] == m) & np.isin(kid[ok], bwd)]
         out.append(Finding(f"stage {st} microbatch {m} has both a fused B and a split I/W backward",
                             cells(idx), names(idx)))
-    return out
+    return tuple(out)
 
 
 def compile_schedule(s: Schedule) -> Graph:

@@ -74,7 +74,8 @@ def costs_for(plan: Plan | Schedule, problem: Problem | None = None) -> StageCos
 
 
 def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *,
-             comm: float | None = None, metrics: bool = True, check_after: int | None = None) -> SimResult:
+             comm: float | None = None, metrics: bool = True, check_after: int | None = None,
+             warm: SimResult | None = None) -> SimResult:
     """Simulate a schedule or plan under DESIGN.md's timing and memory rules.
 
     ``costs`` is a ``StageCosts``, a ``Problem`` (summed over the plan's partition) or None for the
@@ -83,6 +84,9 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     validated, the sweeps converging prove it deadlock-free (``validate.proven_by_simulation``);
     past ``check_after`` sweeps (default ``8 × lanes + 64``) the validator's deadlock search runs
     (an editor that knows how many sweeps the plan before an edit took passes about twice that).
+    ``warm``: the result of a schedule this one was edited from; its end times (matched by action
+    identity) start the sweeps instead of zero, so an edit re-solves only what it moved. The
+    result is the same, bit for bit: the fixpoint of an acyclic schedule is unique.
     """
     from .validate import ScheduleError, deadlock_problem, proven_by_simulation, static_problems, validated
 
@@ -112,7 +116,8 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
             raise ScheduleError("invalid schedule", [d], sched)
 
     end, ready, rounds = _solve_sweeps(lanes, dur, lat, check=None if trusted else deadlock,
-                                       check_after=check_after)
+                                       check_after=check_after,
+                                       init=None if warm is None else _warm_ends(g, warm.timeline))
     if not (g.n == 0 or dur.min() > 0) and not trusted and _zero_cycle(g, lanes, dur, lat):
         # a cycle of zero-duration actions over zero-latency edges can reach a fixpoint: the
         # validator's Kahn pass names it
@@ -133,6 +138,27 @@ def simulate(plan: Plan | Schedule, costs: StageCosts | Problem | None = None, *
     tick()
     m = compute_metrics(tl, costs) if metrics else None
     return SimResult(tl, m, costs, rounds)
+
+
+def _warm_ends(g, old: Timeline) -> np.ndarray:
+    """End times of ``old`` for the actions of ``g`` that are the very same objects (an edit's
+    schedule shares its action objects with the schedule it came from), zero for the others."""
+    n, m = g.n, len(old.actions)
+    new_ids = np.fromiter(map(id, g.actions), np.int64, n)
+    old_ids = np.fromiter(map(id, old.actions), np.int64, m)
+    init = np.zeros(n)
+    if not (n and m):
+        return init
+    if n == m:                        # an edit's reorder: most actions keep their place
+        same = new_ids == old_ids
+        init[same] = np.asarray(old.end, dtype=float)[same]
+        if same.all():
+            return init
+    o = np.argsort(old_ids)
+    at = np.minimum(np.searchsorted(old_ids[o], new_ids), m - 1)
+    hit = old_ids[o][at] == new_ids
+    init[hit] = np.asarray(old.end, dtype=float)[o[at[hit]]]
+    return init
 
 
 def _zero_cycle(g, lanes, dur: np.ndarray, lat: np.ndarray) -> bool:
@@ -222,13 +248,16 @@ def _build_lanes(g) -> _Lanes:
     return _Lanes(order, first, bounds, tuple(edges), tuple(tuple(f) for f in feeds), src, dst, eid, g)
 
 
-def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, check_after: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, int]:
+def _solve_sweeps(lanes: _Lanes, dur: np.ndarray, lat: np.ndarray, check=None, check_after: int | None = None,
+                  init: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """(end, ready, sweeps) at the fixpoint, lane by lane (module docstring). ``check`` is called
     once the sweeps pass ``check_after`` (default ``8 × lanes + 64``; an untrusted schedule may
-    deadlock: it raises)."""
+    deadlock: it raises). ``init``: end times to start from instead of zero (a warm start: the
+    first sweep re-scans every lane whole from them, and only lanes whose ends change wake the
+    lanes they feed; any start reaches the same unique fixpoint of an acyclic schedule)."""
     n, nl = len(dur), len(lanes.bounds) - 1
-    end, ready = np.zeros(n), np.zeros(n)
+    end = np.zeros(n) if init is None else np.array(init, dtype=float)
+    ready = np.zeros(n)
     if not n:
         return end, ready, 0
     order, bounds = lanes.order, lanes.bounds

@@ -5,6 +5,7 @@ same type, so the Gantt draws both the same way and the metrics are computed by 
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -99,11 +100,32 @@ class Metrics:
                 "static_memory": list(self.static_memory)}
 
 
-def memory_events(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+_EVENTS: "weakref.WeakKeyDictionary[Timeline, tuple]" = weakref.WeakKeyDictionary()
+"""The last events found per timeline, with the costs they were found for (a redraw asks the
+metrics, the memory curves and the hover for the same events)."""
+
+
+def memory_events(tl: Timeline, costs: StageCosts, *, keep: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, time, delta) of every activation change, sorted by rank, time, frees first.
 
     The amounts are ``costmodel.action_memory``'s (kinds' memory specs, ``adjust``, ``act_w``).
+    Found once per (timeline, costs): a timeline never changes. The arrays are shared: read-only.
+    ``keep=False``: found afresh and not kept (the search's throw-away timelines).
     """
+    if not keep:
+        return _memory_events(tl, costs)
+    hit = _EVENTS.get(tl)
+    if hit is not None and hit[0] is costs:
+        return hit[1]
+    out = _memory_events(tl, costs)
+    for a in out:
+        a.flags.writeable = False
+    _EVENTS[tl] = (costs, out)
+    return out
+
+
+def _memory_events(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kid, klist, stage = action_arrays(tl.actions, tl.schedule)
     ms, me = action_memory(tl.actions, kid, klist, stage, costs)
     gr, gt, gd = grad_events(klist, kid, stage, tl.rank, tl.start, costs)
@@ -169,13 +191,15 @@ def memory_at(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, list[tuple[n
     r_ev, t_ev, d_ev = memory_events(tl, costs)
     curves = []
     at = np.zeros(len(tl.actions))
+    cut = np.searchsorted(r_ev, np.arange(tl.ranks + 1))          # events are sorted by rank
+    by_rank = np.argsort(tl.rank, kind="stable")
+    acut = np.searchsorted(tl.rank[by_rank], np.arange(tl.ranks + 1))
     for r in range(tl.ranks):
-        sel = r_ev == r
-        times = np.r_[0.0, t_ev[sel]]
-        vals = static[r] + np.r_[0.0, np.cumsum(d_ev[sel])]
+        times = np.r_[0.0, t_ev[cut[r]:cut[r + 1]]]
+        vals = static[r] + np.r_[0.0, np.cumsum(d_ev[cut[r]:cut[r + 1]])]
         curves.append((times, vals))
-        mine = tl.rank == r
-        if mine.any():
+        mine = by_rank[acut[r]:acut[r + 1]]
+        if len(mine):
             idx = np.searchsorted(times, tl.start[mine], side="right") - 1
             at[mine] = vals[np.clip(idx, 0, len(vals) - 1)]
     return at, curves

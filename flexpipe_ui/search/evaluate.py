@@ -120,7 +120,7 @@ def stage_inflight(result: SimResult) -> np.ndarray:
     costs = result.costs
     from dataclasses import replace
     unit = replace(costs, act=np.ones(S), act_w=None, temp=None, grad=None)
-    r, _, d = memory_events(by_stage, unit)
+    r, _, d = memory_events(by_stage, unit, keep=False)
     out = np.zeros(S)
     if len(r):
         cum = np.cumsum(d)

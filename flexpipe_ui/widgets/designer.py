@@ -21,6 +21,7 @@ import traitlets
 from ._panel import PanelBase
 
 from ..costmodel import fits
+from ..graph import locate
 from ..ir import Plan, Schedule
 from ..planfile import load_plan, plan_to_dict, save_plan
 from ..problem import Problem, StageCosts
@@ -122,6 +123,7 @@ class Designer(PanelBase, traitlets.HasTraits):
         self._history: list[Plan] = [plan]
         self._pos = 0
         self._refreshes = 0
+        self._sweeps = 0                  # the most sweeps one of its simulations took
         self._baseline = self._make_baseline(baseline)
 
         self.editor = GanttEditor()
@@ -327,10 +329,10 @@ class Designer(PanelBase, traitlets.HasTraits):
         self._refreshes += 1
         try:
             try:
-                # the simulation proves a schedule deadlock-free when its equations converge
-                # (``validate.proven_by_simulation``): no separate deadlock search on each edit
-                prev = 0 if self.result is None else self.result.rounds
-                res = simulate(plan, self.costs, check_after=2 * prev + 32)
+                # converged sweeps prove it deadlock-free (``validate.proven_by_simulation``);
+                # warm: from the shown plan's ends, a drag re-solves only what it moved
+                res = simulate(plan, self.costs, check_after=2 * self._sweeps + 32, warm=self.result)
+                self._sweeps = max(self._sweeps, res.rounds)
             except ScheduleError:
                 validate(plan.schedule)        # the validator's own report, of what simulate found
                 raise
@@ -375,10 +377,9 @@ class Designer(PanelBase, traitlets.HasTraits):
 
     def _locate(self, action: str) -> tuple[int, int]:
         key = str(action).strip()
-        for r, row in enumerate(self.plan.schedule.order):
-            for i, a in enumerate(row):
-                if str(a) == key:
-                    return r, i
+        found = locate(self.plan.schedule, key)
+        if found is not None:
+            return found
         raise ValueError(f"{key} is not in this schedule ({self.plan.ranks} ranks, "
                          f"{self.plan.microbatches} microbatches); action text is <stage><KIND><mb>, e.g. 2F0")
 

@@ -22,7 +22,7 @@ import traitlets
 
 from ..gantt import units
 from ..gantt_lod import lod_constants
-from ..graph import positions_within
+from ..graph import action_names, flat_arrays, positions_within
 from ..problem import StageCosts
 from ..timeline import Timeline, memory_at
 
@@ -53,32 +53,64 @@ def pack_timeline(tl: Timeline, costs: StageCosts | None = None, *, positions: S
                   memory_limit: float | None = None, version: int = 0, unit_costs: bool = False) -> dict:
     """The ``data`` trait for a timeline: per-bar arrays, memory curves per rank, scale, and the
     units the page writes on the axis, the hover and the peaks (none for unit costs)."""
+    return _pack(tl, costs, positions=positions, memory_limit=memory_limit, version=version,
+                 unit_costs=unit_costs)[0]
+
+
+def _pack(tl: Timeline, costs: StageCosts | None, *, positions, memory_limit, version, unit_costs
+          ) -> tuple[dict, dict]:
+    """(``pack_timeline``'s dict, its numeric bar columns as arrays for the wire)."""
     n = len(tl.actions)
     if positions is None:                 # each action's place among its rank's, in list order
         positions = positions_within(tl.rank)
-    bars = {
-        "name": [str(a) for a in tl.actions],
-        "rank": tl.rank.astype(int).tolist(),
-        "start": np.round(tl.start, 9).tolist(),
-        "end": np.round(tl.end, 9).tolist(),
-        "color": [a.kind.color for a in tl.actions],
-        "label": [str(a.microbatch) for a in tl.actions],
-        "stage": [a.stage for a in tl.actions],
-        "index": np.asarray(positions, dtype=np.int64).tolist(),
-        # actions on another stream (a copy engine: offload/reload) overlap compute: drawn thin, low
-        "side": [0 if a.kind.occupies_compute else 1 for a in tl.actions],
-    }
+    arrays = {"rank": np.asarray(tl.rank), "start": np.round(tl.start, 9), "end": np.round(tl.end, 9),
+              "index": np.asarray(positions, dtype=np.int64)}
+    cols = _text_columns(tl)
+    for key in ("stage", "side", "palette", "color_index"):
+        if key in cols:
+            arrays[key] = cols.pop(key)
+    bars = {"name": cols["name"], "rank": arrays["rank"].astype(int).tolist(),
+            "start": arrays["start"].tolist(), "end": arrays["end"].tolist(), "color": cols["color"],
+            "label": cols["label"], "stage": arrays["stage"].tolist(), "index": arrays["index"].tolist(),
+            # actions on another stream (a copy engine: offload/reload) overlap compute: thin, low
+            "side": arrays["side"].tolist()}
     memory = []
     if costs is not None and n:
         at, curves = memory_at(tl, costs)
-        bars["mem"] = np.round(at, 6).tolist()
+        arrays["mem"] = np.round(at, 6)
+        bars["mem"] = arrays["mem"].tolist()
         for times, vals in curves:
             keep = np.r_[times[1:] != times[:-1], True] if len(times) > 1 else np.ones(len(times), bool)
             memory.append({"t": np.round(times[keep], 9).tolist(), "v": np.round(vals[keep], 6).tolist()})
     tu, mu = units(unit_costs)
-    return {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
+    data = {"ranks": int(tl.ranks), "makespan": float(tl.makespan), "bars": bars, "memory": memory,
             "memory_limit": memory_limit, "version": int(version),
             "units": {"time": tu.strip(), "memory": mu.strip()}, "lod": lod_constants()}
+    return data, arrays
+
+
+def _text_columns(tl: Timeline) -> dict:
+    """Name, colour, label (microbatch), stage and side (0: compute, 1: another stream) per bar.
+    A simulated timeline is in its schedule's flat order: the columns come from the schedule's
+    flat arrays and its names (made once, and carried through an edit's reorder), not from a
+    pass over 100k action objects per redraw."""
+    s = tl.schedule
+    flat = flat_arrays(s) if s is not None else None
+    if flat is not None and flat[0] is tl.actions and len(tl.actions):
+        acts, klist, _, _, kid, stage, mb = flat
+        colors = np.array([k.color for k in klist], dtype=object)
+        side = np.array([0 if k.occupies_compute else 1 for k in klist], dtype=np.int64)
+        labels = np.array([str(m) for m in range(int(mb.max()) + 1)], dtype=object)
+        palette = list(dict.fromkeys(colors.tolist()))
+        where = np.array([palette.index(c) for c in colors.tolist()], dtype=np.int64)
+        return {"name": list(action_names(s)), "color": colors[kid].tolist(), "label": labels[mb].tolist(),
+                "stage": np.asarray(stage, dtype=np.int64), "side": side[kid],
+                "palette": palette, "color_index": where[kid]}
+    acts = tl.actions
+    return {"name": [str(a) for a in acts], "color": [a.kind.color for a in acts],
+            "label": [str(a.microbatch) for a in acts],
+            "stage": np.array([a.stage for a in acts], dtype=np.int64),
+            "side": np.array([0 if a.kind.occupies_compute else 1 for a in acts], dtype=np.int64)}
 
 
 _COLUMNS = {"rank": "<i4", "start": "<f8", "end": "<f8", "stage": "<i4", "index": "<i4", "side": "<u1",
@@ -97,13 +129,20 @@ def data_to_wire(data: dict, widget=None) -> dict:
     wire = {k: v for k, v in data.items() if k not in ("bars", "memory")}
     b: dict = {"packed": 1, "n": len(bars["name"]), "name": "\n".join(bars["name"]),
                "label": "\n".join(map(str, bars["label"]))}
+    # the arrays ``show`` packed for this very version, if any (no second pass over the lists)
+    made = getattr(widget, "_arrays", None)
+    arrays = made[1] if made is not None and made[0] is bars else {}
     for key, dtype in _COLUMNS.items():
         if key in bars:
-            b[key] = memoryview(np.asarray(bars[key], dtype=dtype).tobytes())
-    palette = list(dict.fromkeys(bars["color"]))
-    where = {c: i for i, c in enumerate(palette)}
-    b["palette"] = palette
-    b["color"] = memoryview(np.array([where[c] for c in bars["color"]], "<u2").tobytes())
+            b[key] = memoryview(np.asarray(arrays.get(key, bars[key]), dtype=dtype).tobytes())
+    if "palette" in arrays:
+        b["palette"] = arrays["palette"]
+        b["color"] = memoryview(np.asarray(arrays["color_index"], "<u2").tobytes())
+    else:
+        palette = list(dict.fromkeys(bars["color"]))
+        where = {c: i for i, c in enumerate(palette)}
+        b["palette"] = palette
+        b["color"] = memoryview(np.array([where[c] for c in bars["color"]], "<u2").tobytes())
     wire["bars"] = b
     wire["memory"] = [{"t": memoryview(np.asarray(c["t"], "<f8").tobytes()),
                        "v": memoryview(np.asarray(c["v"], "<f8").tobytes())} for c in data.get("memory", [])]
@@ -142,8 +181,10 @@ class GanttEditor(anywidget.AnyWidget):
         version = int(self.data.get("version", 0)) + 1 if self.data else 1
         with self.hold_trait_notifications():
             self.highlight = list(map(str, highlight))
-            self.data = pack_timeline(tl, costs, positions=positions, memory_limit=memory_limit,
-                                      version=version, unit_costs=self.unit_costs)
+            data, arrays = _pack(tl, costs, positions=positions, memory_limit=memory_limit,
+                                 version=version, unit_costs=self.unit_costs)
+            self._arrays = (data["bars"], arrays)      # for the wire and ``bar_centers``
+            self.data = data
 
     @traitlets.observe("rendered")
     def _on_rendered(self, change) -> None:
@@ -159,6 +200,14 @@ class GanttEditor(anywidget.AnyWidget):
     def bar_centers(self, rank: int) -> list[tuple[str, float]]:
         """(name, center time) of the drawn bars of one rank, left to right."""
         b = self.data.get("bars", {}) if self.data else {}
+        made = getattr(self, "_arrays", None)
+        if made is not None and b and made[0] is b:
+            a = made[1]
+            idx = np.flatnonzero(a["rank"] == rank)
+            mid = (a["start"][idx] + a["end"][idx]) / 2
+            o = np.argsort(mid, kind="stable")
+            names = b["name"]
+            return [(names[i], float(c)) for i, c in zip(idx[o].tolist(), mid[o].tolist())]
         out = [(nm, (s + e) / 2) for nm, r, s, e in zip(b.get("name", []), b.get("rank", []),
                                                         b.get("start", []), b.get("end", [])) if r == rank]
         return sorted(out, key=lambda x: x[1])
