@@ -136,13 +136,13 @@ def data_to_wire(data: dict, widget=None) -> dict:
         if key in bars:
             b[key] = memoryview(np.asarray(arrays.get(key, bars[key]), dtype=dtype).tobytes())
     if "palette" in arrays:
-        b["palette"] = arrays["palette"]
-        b["color"] = memoryview(np.asarray(arrays["color_index"], "<u2").tobytes())
+        palette, index = arrays["palette"], arrays["color_index"]
     else:
         palette = list(dict.fromkeys(bars["color"]))
         where = {c: i for i, c in enumerate(palette)}
-        b["palette"] = palette
-        b["color"] = memoryview(np.array([where[c] for c in bars["color"]], "<u2").tobytes())
+        index = [where[c] for c in bars["color"]]
+    b["palette"] = palette
+    b["color"] = memoryview(np.asarray(index, "<u2").tobytes())
     wire["bars"] = b
     wire["memory"] = [{"t": memoryview(np.asarray(c["t"], "<f8").tobytes()),
                        "v": memoryview(np.asarray(c["v"], "<f8").tobytes())} for c in data.get("memory", [])]
@@ -201,13 +201,10 @@ class GanttEditor(anywidget.AnyWidget):
         """(name, center time) of the drawn bars of one rank, left to right."""
         b = self.data.get("bars", {}) if self.data else {}
         made = getattr(self, "_arrays", None)
-        if made is not None and b and made[0] is b:
-            a = made[1]
-            idx = np.flatnonzero(a["rank"] == rank)
-            mid = (a["start"][idx] + a["end"][idx]) / 2
-            o = np.argsort(mid, kind="stable")
-            names = b["name"]
-            return [(names[i], float(c)) for i, c in zip(idx[o].tolist(), mid[o].tolist())]
-        out = [(nm, (s + e) / 2) for nm, r, s, e in zip(b.get("name", []), b.get("rank", []),
-                                                        b.get("start", []), b.get("end", [])) if r == rank]
-        return sorted(out, key=lambda x: x[1])
+        a = made[1] if made is not None and b and made[0] is b else \
+            {k: np.asarray(b.get(k, []), dtype=float) for k in ("rank", "start", "end")}
+        idx = np.flatnonzero(a["rank"] == rank)
+        mid = (a["start"][idx] + a["end"][idx]) / 2
+        o = np.argsort(mid, kind="stable")
+        names = b.get("name", [])
+        return [(names[i], float(c)) for i, c in zip(idx[o].tolist(), mid[o].tolist())]
