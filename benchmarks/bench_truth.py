@@ -61,14 +61,18 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) 
     from kernel_runtime.measure.profiler import profile
     from kernel_runtime.measure.tuning import measure_plans
 
+    from machine_probe import probe
+    speed0 = probe()
     t = time.perf_counter()
     prob = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches,
                    device="cuda" if devices == "cuda" else "cpu")
     log(f"  profiled in {time.perf_counter() - t:.1f} s (spread {prob.meta.get('spread', 0):.2f})")
+    speed1 = probe()
     plans = plans_for(prob, time_limit, log)
     measured = measure_plans(list(plans.values()), model=fam.spec, steps=steps, warmup=warmup, repeat=passes,
                              devices=devices, timeout=600)
-    out = {"_profile": prob}
+    speed2 = probe()
+    out = {"_profile": prob, "_machine": machine_moved(speed0, speed1, speed2)}
     for (name, plan), tls in zip(plans.items(), measured):
         sim = simulate(plan, prob)
         meas = statistics.median(tl.makespan for tl in tls)
@@ -84,6 +88,15 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) 
                      "rank_mem_err": rank_err, "pred_mem_ranks": pred_mem, "meas_mem_ranks": meas_mem,
                      "tracked_mem_ranks": trk_mem, "rss_mem_ranks": rss_mem}
     return out
+
+
+def machine_moved(before, between, after) -> dict:
+    """The reference kernels' speed bracketing the profile (before, between) and the runs (between,
+    after): how much slower the machine ran during the runs than during the profile. A diagnostic
+    of the machine, not of the model: it enters no prediction (machine_probe)."""
+    mid = lambda x, y, key: (getattr(x, key) + getattr(y, key)) / 2
+    return {key: mid(between, after, key) / mid(before, between, key) - 1 for key in ("matmul_ms", "copy_ms")} | {
+        "ms": [(s.matmul_ms, s.copy_ms) for s in (before, between, after)]}
 
 
 def _mib(xs) -> str:
@@ -155,7 +168,7 @@ def main(argv=None) -> int:
           f"{args.passes} pass(es) after {args.warmup} warm-up step(s); cpu count {os.cpu_count()}")
     for fam in fams:
         print("  " + describe(fam))
-    rows, worst_round, ratios, rep = {}, {}, {}, {}
+    rows, worst_round, ratios, rep, moved = {}, {}, {}, {}, {}
     for fam in fams:
         res = []
         for r in range(args.rounds):
@@ -163,11 +176,16 @@ def main(argv=None) -> int:
             res.append(one_round(fam, steps=args.steps, passes=args.passes, devices=devices, warmup=args.warmup,
                                  time_limit=args.time_limit, log=log))
         rep[fam.name] = repeatability([x.pop("_profile") for x in res])
+        moved[fam.name] = [x.pop("_machine") for x in res]
         for k, r in enumerate(res, 1):          # every round's raw figures, all from one launch
             print(f"{fam.name} round {k}: " + "; ".join(
                 f"{p} pred {v['pred']:.1f} meas {v['meas']:.1f} MiB pred {v['pred_mem']:.1f} meas "
                 f"{v['meas_mem']:.1f} (per rank pred {_mib(v['pred_mem_ranks'])} meas {_mib(v['meas_mem_ranks'])})"
                 for p, v in r.items()))
+            m = moved[fam.name][k - 1]
+            print(f"{fam.name} round {k}: machine (reference kernels before profile / after / after runs) "
+                  f"matmul {'/'.join(f'{x:.2f}' for x, _ in m['ms'])} ms, 64 MiB copy {'/'.join(f'{y:.2f}' for _, y in m['ms'])} ms: "
+                  f"runs vs profile matmul {m['matmul_ms']:+.1%}, copy {m['copy_ms']:+.1%}")
         for plan in res[0]:
             by_err = sorted(res, key=lambda x: abs(x[plan]["err"]))
             rows[(fam.name, plan)] = by_err[len(by_err) // 2][plan]          # the median round
@@ -195,7 +213,9 @@ def main(argv=None) -> int:
               f"{[x['pred_fastest'] for x in rr]}: predicted fastest measured {med('gap'):+.1%} off the measured "
               f"fastest (median round, worst {max(x['gap'] for x in rr):+.1%}); auto vs best library "
               f"{med('vs_best'):.3f}x (worst {low('vs_best'):.3f}x); auto vs 1F1B {med('vs_1f1b'):.3f}x; "
-              f"profile repeatability {rep[fam.name]:.1%}")
+              f"profile repeatability {rep[fam.name]:.1%}; the machine during the runs vs the profile "
+              f"(median round): matmul {statistics.median(m['matmul_ms'] for m in moved[fam.name]):+.1%}, "
+              f"copy {statistics.median(m['copy_ms'] for m in moved[fam.name]):+.1%}")
         if fam.name == "gpt-heavy-head" or speed != speed:
             speed = med("vs_1f1b")
         lines.append(f"family={fam.name} max_rel_error={fam_err[fam.name]:.4f} auto_vs_best={med('vs_best'):.4f}")

@@ -45,3 +45,19 @@ def test_bench_truth_output_ends_with_the_figures():
     assert "leaked" not in out.stderr and "resource_tracker" not in out.stderr
     table = [l for l in lines if l.startswith(("gpt-heavy-head ", "recsys-heavy-tail ")) and " round " not in l]
     assert len(table) == 10                                   # 4 library plans + auto, per family
+    machine = [l for l in lines if " machine (reference kernels" in l]
+    assert [l.split()[0] for l in machine] == ["gpt-heavy-head", "recsys-heavy-tail"]   # one per round
+    assert all(re.search(r"runs vs profile matmul [+-]\d+\.\d%, copy [+-]\d+\.\d%$", l) for l in machine)
+
+
+def test_the_machine_probe_brackets_profile_and_runs():
+    from bench_truth import machine_moved
+    from machine_probe import MachineSpeed, drift, probe
+    before, between, after = MachineSpeed(1.0, 10.0), MachineSpeed(1.0, 12.0), MachineSpeed(1.2, 14.0)
+    m = machine_moved(before, between, after)
+    assert m["matmul_ms"] == pytest.approx(1.1 / 1.0 - 1)          # runs' bracket (1.0, 1.2) vs profile's (1.0, 1.0)
+    assert m["copy_ms"] == pytest.approx(13.0 / 11.0 - 1)
+    assert m["ms"] == [(1.0, 10.0), (1.0, 12.0), (1.2, 14.0)]
+    assert drift(before, after) == pytest.approx({"matmul": 0.2, "copy": 0.4})
+    s = probe(seconds=0.05)
+    assert s.matmul_ms > 0 and s.copy_ms > 0
