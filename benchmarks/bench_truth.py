@@ -94,9 +94,11 @@ def machine_moved(before, between, after) -> dict:
     """The reference kernels' speed bracketing the profile (before, between) and the runs (between,
     after): how much slower the machine ran during the runs than during the profile. A diagnostic
     of the machine, not of the model: it enters no prediction (machine_probe)."""
-    mid = lambda x, y, key: (getattr(x, key) + getattr(y, key)) / 2
-    return {key: mid(between, after, key) / mid(before, between, key) - 1 for key in ("matmul_ms", "copy_ms")} | {
-        "ms": [(s.matmul_ms, s.copy_ms) for s in (before, between, after)]}
+    from machine_probe import MachineSpeed, drift
+    mid = lambda x, y: MachineSpeed((x.matmul_ms + y.matmul_ms) / 2, (x.copy_ms + y.copy_ms) / 2)
+    moved = drift(mid(before, between), mid(between, after))
+    return {"matmul_ms": moved["matmul"], "copy_ms": moved["copy"],
+            "ms": [(s.matmul_ms, s.copy_ms) for s in (before, between, after)]}
 
 
 def _mib(xs) -> str:
