@@ -7,10 +7,10 @@ pinning, threads, loopback-only sockets). In order:
 1. a spawned worker dies with the process that started it (no orphans, Linux);
 2. on one machine, the rendezvous and gloo's/NCCL's sockets stay on loopback (``loopback``);
 3. freed host memory is kept (``allocator.keep_freed_memory``: no page-fault churn per step);
-4. the process is pinned to its share of the CPUs (``affinity.pin_worker``) and given its
-   thread count;
-5. its device is chosen (CUDA: ``local_rank`` modulo the GPUs) and the process group joined (on
-   loopback, rank 0 binds the rendezvous store to 127.0.0.1 itself).
+4. its device is chosen (CUDA: ``local_rank`` modulo the GPUs) and the process group joined (on
+   loopback, rank 0 binds the rendezvous store to 127.0.0.1 itself);
+5. its main thread is pinned to its share of the CPUs (``affinity.pin_worker``), after the join so
+   that the communication threads the join started are not, and given its thread count.
 """
 from __future__ import annotations
 
@@ -128,10 +128,10 @@ def start_process(ps: ProcessStart):
     keep_freed_memory()
     local = ps.rank if ps.local_rank is None else ps.local_rank
     local_world = ps.local_world or int(os.environ.get("LOCAL_WORLD_SIZE", ps.world))
-    pin_worker(local, local_world, ps.device, ps.pin_cpus)
-    if ps.threads:
-        torch.set_num_threads(ps.threads)
     device = _device(ps, local)
     if ps.group:
         _join(ps, device)
+    pin_worker(local, local_world, ps.device, ps.pin_cpus)   # after the join: its threads stay free
+    if ps.threads:
+        torch.set_num_threads(ps.threads)
     return device
