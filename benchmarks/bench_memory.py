@@ -145,11 +145,12 @@ def run_one(name, problem):
     ok = fits(peak, problem.memory_limit)
     names = [a.kind.name for _, _, a in res.best.schedule.actions()]
     n_r, n_off = names.count("R"), names.count("OFF")
+    n_w = int((res.best.meta.get("memory_ops") or {}).get("w_early", 0))
     base = baselines(problem)
     best = min(base, key=lambda b: b[0]) if base else (math.inf, "none fits", None)
     speed = best[0] / sim.makespan if math.isfinite(best[0]) else math.inf
     print(f"problem={name} cap={problem.memory_limit:g} auto_ms={sim.makespan:.2f} auto_peak={peak:.1f} "
-          f"fits={ok} recomputes={n_r} offloads={n_off} search_s={dt:.1f}")
+          f"fits={ok} recomputes={n_r} offloads={n_off} w_moved={n_w} search_s={dt:.1f}")
     print(f"    auto: {res.candidates[0][2]}")
     print(f"    best baseline: {best[0]:.2f} ms  {best[1]}  (of {len(base)} fitting)")
     print(f"    speedup={speed:.3f}")

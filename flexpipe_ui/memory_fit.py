@@ -11,9 +11,10 @@ forward it saves. Each round re-simulates; it stops when every rank fits (the pl
 when no held activation is left to drop (None). The idea of choosing per microbatch on the plan's
 own memory curve is Mario's and PipeOffload's (arXiv 2503.01328); the greedy is ours.
 
-The choice is recorded as one edit step (``AddMemoryOps``), so the plan replays and prints as
-Python like any edited plan, and the Gantt shows ``R``/``OFF``/``LOAD`` as their own, draggable
-bars.
+What no drop frees, the activation a deferred W holds after its I (zero-bubble schedules), is
+lowered by moving that W next to its I. The choice is recorded as one edit step
+(``memory_ops.AddMemoryOps``), so the plan replays and prints as Python like any edited plan, and
+the Gantt shows ``R``/``OFF``/``LOAD`` as their own, draggable bars.
 """
 from __future__ import annotations
 
@@ -22,93 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .costmodel import copy_time, fits, fits_mask
-from .ir import Action, Plan, Schedule
-from .kinds import get_kind
+from .ir import Plan
+from .memory_ops import AddMemoryOps, add_memory_ops
 from .problem import Problem
 
 __all__ = ["AddMemoryOps", "FitResult", "fit_memory", "add_memory_ops", "full_recompute",
            "best_named_full_recompute", "memory_summary"]
-
-
-@dataclass(frozen=True)
-class AddMemoryOps:
-    """Edit step: recompute the ``recompute`` (stage, microbatch) pairs (an ``R`` just before
-    each one's backward) and offload the ``offload`` pairs (``OFF`` just after the forward,
-    ``LOAD`` just before the backward, or ``k`` compute actions before it for each
-    ``(stage, microbatch, k)`` in ``lead``: the copy is issued there and runs under them)."""
-
-    recompute: tuple[tuple[int, int], ...] = ()
-    offload: tuple[tuple[int, int], ...] = ()
-    lead: tuple[tuple[int, int, int], ...] = ()
-
-    def apply(self, s: Schedule) -> Schedule:
-        return add_memory_ops(s, self.recompute, self.offload, self.lead)
-
-
-def add_memory_ops(s: Schedule, recompute=(), offload=(), lead=()) -> Schedule:
-    """The schedule with ``R`` / ``OFF`` + ``LOAD`` inserted for the given (stage, microbatch)
-    pairs (``lead``: (stage, microbatch, k) issues that ``LOAD`` k compute actions before its
-    backward, never before its ``OFF``); an error names a pair that has no forward, is asked for
-    twice, or has a lead but is not offloaded."""
-    from .ir import EditError
-    from .ops import register_missing
-    rec = {(int(a), int(b)) for a, b in recompute}
-    off = {(int(a), int(b)) for a, b in offload}
-    ahead = {}
-    for item in lead:
-        st, m, k = (int(x) for x in item)
-        if (st, m) not in off:
-            raise EditError(f"AddMemoryOps: lead for stage {st} microbatch {m}, which is not offloaded")
-        if k < 0:
-            raise EditError(f"AddMemoryOps: lead for stage {st} microbatch {m} must be >= 0, got {k}")
-        ahead[(st, m)] = k
-    if rec & off:
-        raise EditError(f"AddMemoryOps: {sorted(rec & off)[:3]} are both recomputed and offloaded")
-    names = set()
-    if rec:
-        names.add("R")
-    if off:
-        names |= {"OFF", "LOAD"}
-    register_missing(names)
-    fwd = {(a.stage, a.microbatch) for _, _, a in s.actions() if a.kind.is_forward}
-    have = {(a.stage, a.microbatch) for _, _, a in s.actions() if a.kind.name in ("R", "OFF")}
-    for pair in sorted(rec | off):
-        if pair not in fwd:
-            raise EditError(f"AddMemoryOps: stage {pair[0]} microbatch {pair[1]} has no forward in the schedule")
-        if pair in have:
-            raise EditError(f"AddMemoryOps: stage {pair[0]} microbatch {pair[1]} is already recomputed or offloaded")
-    R = get_kind("R") if rec else None
-    OFF, LOAD = (get_kind("OFF"), get_kind("LOAD")) if off else (None, None)
-    order = []
-    for row in s.order:
-        out = []
-        for a in row:
-            pair = (a.stage, a.microbatch)
-            if a.kind.computes_input_grad:
-                if pair in rec:
-                    out.append(Action(a.stage, R, a.microbatch))
-                elif pair in off:
-                    _insert_ahead(out, Action(a.stage, LOAD, a.microbatch), ahead.get(pair, 0))
-            out.append(a)
-            if a.kind.is_forward and pair in off:
-                out.append(Action(a.stage, OFF, a.microbatch))
-        order.append(out)
-    return s.with_order(order)
-
-
-def _insert_ahead(out: list, load: Action, k: int) -> None:
-    """Put ``load`` into ``out`` (the row so far) ``k`` compute actions before its end, never
-    before its own ``OFF``."""
-    i = len(out)
-    while k > 0 and i > 0:
-        prev = out[i - 1]
-        if prev.stage == load.stage and prev.microbatch == load.microbatch and (
-                prev.kind.name == "OFF" or prev.kind.is_forward):
-            break
-        i -= 1
-        if prev.kind.stream == "compute":
-            k -= 1
-    out.insert(i, load)
 
 
 @dataclass(frozen=True)
@@ -121,6 +41,8 @@ class FitResult:
     makespan: float
     peaks: tuple[float, ...]
     rounds: int
+    w_early: tuple[tuple[int, int], ...] = ()
+    """Pairs whose deferred ``W`` was moved to just after its ``I``."""
 
     @property
     def fits(self) -> bool:
@@ -149,6 +71,48 @@ def _candidates(tl, costs, taken: set) -> np.ndarray:
     if taken:
         ok &= ~np.array([(int(a), int(b)) in taken for a, b in rows[:, 5:7]], bool)
     return rows[ok]
+
+
+def _deferred_w(tl, costs, taken: set) -> np.ndarray:
+    """One row per split backward whose ``W`` runs later than its ``I`` (all ranks): rank, I end,
+    W start, what the W holds until it runs (``act_w``, else ``act``), stage, microbatch."""
+    ends, starts, rank = {}, {}, {}
+    for a, r, b, e in zip(tl.actions, tl.rank, tl.start, tl.end):
+        pair = (a.stage, a.microbatch)
+        if a.kind.role == "backward_input":
+            ends[pair] = float(e)
+            rank[pair] = int(r)
+        elif a.kind.role == "backward_weight":
+            starts[pair] = float(b)
+    held = np.asarray(costs.act if costs.act_w is None else costs.act_w, float)
+    rows = [(rank[p], ends[p], starts[p], float(held[p[0]]), p[0], p[1])
+            for p in ends if p in starts and p not in taken and starts[p] > ends[p] + 1e-9
+            and held[p[0]] > 0]
+    return np.array(rows, float).reshape(-1, 6)
+
+
+def _w_picks(curves, cap: float, rank: int, rows: np.ndarray) -> list:
+    """The (stage, microbatch) pairs on ``rank`` whose deferred ``W`` should move next to its
+    ``I``: at every instant the rank is over ``cap``, the W's held across it (longest-held first)
+    until what they hold covers the overshoot there (``_picks``'s greedy, for what no drop frees)."""
+    times, vals = curves[rank]
+    H = rows[rows[:, 0] == rank][:, 1:]
+    if not len(H):
+        return []
+    chosen = np.zeros(len(H), bool)
+    for i in np.flatnonzero(~fits_mask(vals, cap)):
+        t = times[i]
+        across = (H[:, 0] <= t) & (H[:, 1] > t)
+        need = vals[i] - cap - H[across & chosen, 2].sum()
+        if need <= 0:
+            continue
+        cand = np.flatnonzero(across & ~chosen)
+        for j in cand[np.argsort(-(H[cand, 1] - H[cand, 0]), kind="stable")]:
+            if need <= 0:
+                break
+            chosen[j] = True
+            need -= H[j, 2]
+    return [(int(H[j, 3]), int(H[j, 4])) for j in np.flatnonzero(chosen)]
 
 
 def _copies(tl) -> dict:
@@ -299,13 +263,22 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
     ``offload`` (default: when the problem has ``copy_bandwidth``) also tries offloading where the
     copy lane has room for both copies, each ``LOAD`` issued early enough to end by its backward,
     twice (offloading where a drop's lane has room; offloading every drop that can be before any
-    recompute) and keeps the fastest of those fits and the recompute-only one. ``FitResult.plan`` is None when
+    recompute) and keeps the fastest of those fits and the recompute-only one. Where a peak is
+    held by deferred W's (zero-bubble schedules), which no drop before the I frees, those W's move
+    next to their I's (``AddMemoryOps.w_early``): after the drops, and in one more fit before
+    them. ``FitResult.plan`` is None when
     dropping every activation held at a peak still does not fit, or (``give_up_above``, the
     search's incumbent) once a round's plan is already slower than that: drops only add work."""
     cap = problem.memory_limit if cap is None else cap
     if offload is None:
         offload = problem.copy_bandwidth is not None
     best = _fit(plan, problem, cap, False, max_rounds, give_up_above)
+    if any(a.kind.role == "backward_weight" for row in plan.schedule.order for a in row):
+        # deferred W's first: moving a W next to its I costs no compute (it may cost the bubble it filled)
+        bar = give_up_above if best.plan is None else min(best.makespan, give_up_above or float("inf"))
+        alt = _fit(plan, problem, cap, False, max_rounds, bar, w_first=True)
+        if alt.plan is not None and (best.plan is None or alt.makespan < best.makespan):
+            best = alt
     if offload and problem.copy_bandwidth:
         for first in (False, True):   # offload where the lane has room / offload before any recompute
             bar = give_up_above if best.plan is None else min(best.makespan, give_up_above or float("inf"))
@@ -315,17 +288,22 @@ def fit_memory(plan: Plan, problem: Problem, cap: float | None = None, *, offloa
     return best
 
 
-def _edit(plan: Plan, rec: list, off: list, lead: dict) -> Plan:
+def _edit(plan: Plan, rec: list, off: list, lead: dict, early=()) -> Plan:
     return plan.edit(AddMemoryOps(tuple(sorted(rec)), tuple(sorted(off)),
-                                  tuple(sorted((a, b, k) for (a, b), k in lead.items() if k))))
+                                  tuple(sorted((a, b, k) for (a, b), k in lead.items() if k)),
+                                  tuple(sorted(early))))
 
 
 def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give_up_above,
-         offload_first: bool = False) -> FitResult:
+         offload_first: bool = False, w_first: bool = False) -> FitResult:
+    """One greedy fit (``fit_memory``). Each round drops activations held at the over-cap instants
+    (``_picks``); when none is left to drop, or first with ``w_first``, it moves deferred W's
+    held there next to their I's (``_w_picks``)."""
     from .sim import simulate
     from .timeline import memory_at
     rec: list = []
     off: list = []
+    early: list = []
     lead: dict = {}
     cur = plan
     last = plan.schedule.num_stages - 1
@@ -335,9 +313,9 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
         peaks = tuple(float(x) for x in res.metrics.peak_memory)
         if cap is None or all(fits(p, cap) for p in peaks):
             if off:
-                cur, res = _polish_leads(plan, problem, cap, rec, off, lead, cur, res)
+                cur, res = _polish_leads(plan, problem, cap, rec, off, lead, cur, res, early)
             return FitResult(cur, tuple(rec), tuple(off), float(res.makespan),
-                             tuple(float(x) for x in res.metrics.peak_memory), rnd)
+                             tuple(float(x) for x in res.metrics.peak_memory), rnd, tuple(early))
         curves = memory_at(res.timeline, res.costs)[1]     # every rank's curve, one pass
         over = _overshoot(curves, cap)
         if give_up_above is not None and res.makespan >= give_up_above:
@@ -347,14 +325,15 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
         prev_over = over
         if rnd == max_rounds:
             break
-        rows = _candidates(res.timeline, res.costs, set(rec) | set(off))
         picks = []
-        lanes = _copies(res.timeline) if offload else {}
+        moved = _w_moves(res, curves, cap, peaks, early) if w_first else []
+        lanes = _copies(res.timeline) if offload and not moved else {}
+        rows = _candidates(res.timeline, res.costs, set(rec) | set(off)) if not moved else np.zeros((0, 7))
         for r, p in enumerate(peaks):
-            if not fits(p, cap):
+            if not fits(p, cap) and not moved:
                 picks += _picks(curves, res.costs, cap, r, rows, offload, last, lanes.get(r, []),
                                 offload_first)
-        if not picks and off:
+        if not picks and not moved and off:
             # what is left over the cap is offloaded activations still on the device (copying
             # out, or reloaded ahead): recompute those instead
             back = _resident_offloads(res.timeline, curves, cap, off)
@@ -364,19 +343,32 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
                     lead.pop(pair, None)
                 picks = [(pair, "R") for pair in sorted(back)]
                 prev_over = None
-        if not picks:
+        if not picks and not moved and not w_first:
+            moved = _w_moves(res, curves, cap, peaks, early)
+        if not picks and not moved:
             break
+        early += moved
         rec += [p for p, k in picks if k == "R"]
         new_off = [p for p, k in picks if k == "OFF"]
         off += new_off
         lead.update(_leads(res.timeline, res.costs, new_off))
-        cur = _edit(plan, rec, off, lead)
+        cur = _edit(plan, rec, off, lead, early)
         res = simulate(cur, problem)
     return FitResult(None, tuple(rec), tuple(off), float(res.makespan),
-                     tuple(float(x) for x in res.metrics.peak_memory), rnd)
+                     tuple(float(x) for x in res.metrics.peak_memory), rnd, tuple(early))
 
 
-def _polish_leads(plan, problem, cap, rec, off, lead, cur, res, rounds: int = 6):
+def _w_moves(res, curves, cap: float, peaks, early: list) -> list:
+    """The deferred W's to move next to their I's on every over-cap rank this round."""
+    rows = _deferred_w(res.timeline, res.costs, set(early))
+    out = []
+    for r, p in enumerate(peaks):
+        if not fits(p, cap):
+            out += _w_picks(curves, cap, r, rows)
+    return out
+
+
+def _polish_leads(plan, problem, cap, rec, off, lead, cur, res, early=(), rounds: int = 6):
     """Issue each ``LOAD`` that its backward still waits for one compute action earlier, while
     that makes the plan faster and it still fits (``lead`` is updated in place)."""
     from .sim import simulate
@@ -392,7 +384,7 @@ def _polish_leads(plan, problem, cap, rec, off, lead, cur, res, rounds: int = 6)
                 trial[(st, m)] = trial.get((st, m), 0) + 1
         if trial == lead:
             break
-        cand = _edit(plan, rec, off, trial)
+        cand = _edit(plan, rec, off, trial, early)
         r2 = simulate(cand, problem)
         if r2.makespan >= res.makespan - 1e-9 or not all(fits(float(p), cap) for p in r2.metrics.peak_memory):
             break

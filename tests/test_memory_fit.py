@@ -256,3 +256,53 @@ def test_search_holds_budget_back_for_memory_fitting():
     S.release()
     assert (S.max_evals, S.max_actions) == (400, 1000) and S.stopped == ""
     assert not S.out_of_budget()
+
+
+def _deferred_pair(s):
+    """A (stage, microbatch) whose W is not right after its I in the rank's list."""
+    for row in s.order:
+        names = [str(a) for a in row]
+        for a in row:
+            if a.kind.role == "backward_input":
+                w = f"{a.stage}W{a.microbatch}"
+                if w in names and names.index(w) != names.index(str(a)) + 1:
+                    return (a.stage, a.microbatch), names
+    raise AssertionError("no deferred W in this schedule")
+
+
+def test_the_edit_step_moves_a_deferred_w_next_to_its_i_and_names_a_fused_backward():
+    plan = build_named("zb-h2", _problem())
+    (st, m), _ = _deferred_pair(plan.schedule)
+    edited = plan.edit(AddMemoryOps(w_early=((st, m),)))
+    row = next(r for r in edited.schedule.order if any(a.stage == st for a in r))
+    names = [str(a) for a in row]
+    assert names.index(f"{st}W{m}") == names.index(f"{st}I{m}") + 1
+    assert edited.schedule.num_actions == plan.schedule.num_actions     # moved, not added
+    ns: dict = {}
+    exec(edited.to_python(), ns)                                        # replays as Python
+    assert ns["plan"].schedule == edited.schedule
+    with pytest.raises(EditError, match="stage 0 microbatch 1, which has no split backward"):
+        add_memory_ops(build_named("1f1b", _problem()).schedule, w_early=[(0, 1)])
+
+
+def test_fit_moves_deferred_ws_where_no_drop_frees_the_peak():
+    # act_w = act: after I a deferred W holds its whole activation, which no recompute before I
+    # frees; ZB-H2's extra warm-up forwards are held that way until the W's run in the drain
+    p = _problem()
+    plan = build_named("zb-h2", p)
+    sim = simulate(plan, p)
+    assert any(a.kind.role == "backward_weight" for _, _, a in plan.schedule.actions())
+    cap = max(sim.metrics.peak_memory) - 1.0
+    capped = replace(p, memory_limit=cap)
+    fr = fit_memory(plan, capped)
+    assert fr.fits and len(fr.w_early) > 0
+    res = simulate(fr.plan, capped)
+    assert all(fits(x, cap) for x in res.metrics.peak_memory)
+    assert res.makespan == pytest.approx(fr.makespan)
+    assert fr.makespan <= simulate(full_recompute(plan), capped).makespan
+    # each moved W now runs straight after its I on its rank
+    for st, m in fr.w_early:
+        row = next(r for r in fr.plan.schedule.order if any(a.stage == st and a.microbatch == m for a in r))
+        names = [str(a) for a in row]
+        assert names.index(f"{st}W{m}") == names.index(f"{st}I{m}") + 1
+    assert fr.plan.meta.get("edits") == 1                    # one recorded edit step

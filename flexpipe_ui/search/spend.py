@@ -27,7 +27,8 @@ def fitted(c: Candidate, problem, incumbent=None) -> Candidate:
         bar = incumbent() if incumbent is not None else None
         fr = fit_memory(plan, problem, give_up_above=bar if bar is not None and bar < float("inf") else None)
         out = fr.plan if fr.plan is not None else plan
-        return out.with_meta(memory_ops={"recompute": len(fr.recompute), "offload": len(fr.offload)})
+        return out.with_meta(memory_ops={"recompute": len(fr.recompute), "offload": len(fr.offload),
+                                           "w_early": len(fr.w_early)})
     family = "fit" if c.family == "library" else c.family
     # program=None: a fitted plan is no longer "the program under the cap", so the memory-time
     # bound (which assumes every forward keeps its activation) does not apply to it
