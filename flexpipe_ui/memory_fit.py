@@ -74,8 +74,10 @@ def _candidates(tl, costs, taken: set) -> np.ndarray:
 
 
 def _deferred_w(tl, costs, taken: set) -> np.ndarray:
-    """One row per split backward whose ``W`` runs later than its ``I`` (all ranks): rank, I end,
-    W start, what the W holds until it runs (``act_w``, else ``act``), stage, microbatch."""
+    """One row per split backward whose ``W`` runs later than its ``I`` (all ranks), in
+    ``_candidates``'s columns so ``_picks``'s greedy chooses among them: rank, I end, W start,
+    what the W holds until it runs (``act_w``, else ``act``), 0 (no forward re-run), stage,
+    microbatch."""
     ends, starts, rank = {}, {}, {}
     for a, r, b, e in zip(tl.actions, tl.rank, tl.start, tl.end):
         pair = (a.stage, a.microbatch)
@@ -85,34 +87,10 @@ def _deferred_w(tl, costs, taken: set) -> np.ndarray:
         elif a.kind.role == "backward_weight":
             starts[pair] = float(b)
     held = np.asarray(costs.act if costs.act_w is None else costs.act_w, float)
-    rows = [(rank[p], ends[p], starts[p], float(held[p[0]]), p[0], p[1])
+    rows = [(rank[p], ends[p], starts[p], float(held[p[0]]), 0.0, p[0], p[1])
             for p in ends if p in starts and p not in taken and starts[p] > ends[p] + 1e-9
             and held[p[0]] > 0]
-    return np.array(rows, float).reshape(-1, 6)
-
-
-def _w_picks(curves, cap: float, rank: int, rows: np.ndarray) -> list:
-    """The (stage, microbatch) pairs on ``rank`` whose deferred ``W`` should move next to its
-    ``I``: at every instant the rank is over ``cap``, the W's held across it (longest-held first)
-    until what they hold covers the overshoot there (``_picks``'s greedy, for what no drop frees)."""
-    times, vals = curves[rank]
-    H = rows[rows[:, 0] == rank][:, 1:]
-    if not len(H):
-        return []
-    chosen = np.zeros(len(H), bool)
-    for i in np.flatnonzero(~fits_mask(vals, cap)):
-        t = times[i]
-        across = (H[:, 0] <= t) & (H[:, 1] > t)
-        need = vals[i] - cap - H[across & chosen, 2].sum()
-        if need <= 0:
-            continue
-        cand = np.flatnonzero(across & ~chosen)
-        for j in cand[np.argsort(-(H[cand, 1] - H[cand, 0]), kind="stable")]:
-            if need <= 0:
-                break
-            chosen[j] = True
-            need -= H[j, 2]
-    return [(int(H[j, 3]), int(H[j, 4])) for j in np.flatnonzero(chosen)]
+    return np.array(rows, float).reshape(-1, 7)
 
 
 def _copies(tl) -> dict:
@@ -359,12 +337,14 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
 
 
 def _w_moves(res, curves, cap: float, peaks, early: list) -> list:
-    """The deferred W's to move next to their I's on every over-cap rank this round."""
+    """The deferred W's to move next to their I's on every over-cap rank this round: at each
+    over-cap instant, those held across it (longest-held first, ``_picks``'s greedy) until what
+    they hold covers the overshoot there."""
     rows = _deferred_w(res.timeline, res.costs, set(early))
     out = []
     for r, p in enumerate(peaks):
         if not fits(p, cap):
-            out += _w_picks(curves, cap, r, rows)
+            out += [pair for pair, _ in _picks(curves, res.costs, cap, r, rows, False, -1, [])]
     return out
 
 
