@@ -276,7 +276,7 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
          offload_first: bool = False, w_first: bool = False) -> FitResult:
     """One greedy fit (``fit_memory``). Each round drops activations held at the over-cap instants
     (``_picks``); when none is left to drop, or first with ``w_first``, it moves deferred W's
-    held there next to their I's (``_w_picks``)."""
+    held there next to their I's (``_w_moves``)."""
     from .sim import simulate
     from .timeline import memory_at
     rec: list = []
@@ -305,12 +305,13 @@ def _fit(plan: Plan, problem: Problem, cap, offload: bool, max_rounds: int, give
             break
         picks = []
         moved = _w_moves(res, curves, cap, peaks, early) if w_first else []
-        lanes = _copies(res.timeline) if offload and not moved else {}
-        rows = _candidates(res.timeline, res.costs, set(rec) | set(off)) if not moved else np.zeros((0, 7))
-        for r, p in enumerate(peaks):
-            if not fits(p, cap) and not moved:
-                picks += _picks(curves, res.costs, cap, r, rows, offload, last, lanes.get(r, []),
-                                offload_first)
+        if not moved:
+            rows = _candidates(res.timeline, res.costs, set(rec) | set(off))
+            lanes = _copies(res.timeline) if offload else {}
+            for r, p in enumerate(peaks):
+                if not fits(p, cap):
+                    picks += _picks(curves, res.costs, cap, r, rows, offload, last, lanes.get(r, []),
+                                    offload_first)
         if not picks and not moved and off:
             # what is left over the cap is offloaded activations still on the device (copying
             # out, or reloaded ahead): recompute those instead
