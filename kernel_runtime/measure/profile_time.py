@@ -22,7 +22,7 @@ from torch import nn
 from flexpipe_ui.ir import parse_action
 
 from ..run.executor import DEFAULT_HANDLERS as HANDLERS, MBState
-from ..run.memory import SavedBytes, activation_bytes
+from ..run.memory import SavedBytes, activation_bytes, recorded_grad_bytes
 
 __all__ = ["UnitTimes", "time_units", "action_overhead", "unit_inputs"]
 
@@ -147,9 +147,7 @@ def _group(p: _Probe, device, kinds: str) -> dict:
         else:
             got[k] = _timed(lambda: HANDLERS[k](p, p.action(k), st), device)
             if k == "I":
-                got["act_w"] = got["act"] + (sum(g.numel() * g.element_size() for gs in st.pend.grads.values()
-                                                 for g in gs if isinstance(g, torch.Tensor))
-                                             if st.pend is not None else 0)
+                got["act_w"] = got["act"] + recorded_grad_bytes(st.pend)
                 got["deferred"] = st.fused
     return got
 

@@ -23,7 +23,7 @@ from flexpipe_ui.ir import Action, Plan
 
 from flexpipe_ui.passes.comm import CommPlan, Message
 
-from .memory import SavedBytes, activation_bytes, without_grad_fn
+from .memory import SavedBytes, activation_bytes, recorded_grad_bytes, without_grad_fn
 from .split_backward import Pending, backward_input, backward_weight
 from .transport import ChannelGroups, Transport
 
@@ -146,8 +146,7 @@ def _backward_input(ex: "RankExecutor", a: Action, st: MBState) -> None:
     dleaf, st.pend = backward_input(st.y, gy, st.leaf, params)
     st.dleaf = dleaf
     # the anchors' recorded gradients stay until W (the "act_w" of the cost model)
-    st.held += sum(g.numel() * g.element_size() for gs in st.pend.grads.values() for g in gs
-                   if isinstance(g, torch.Tensor))
+    st.held += recorded_grad_bytes(st.pend)
     st.y = None                            # the graph lives on in st.pend until W
     ex.emit_input_grad(a, dleaf)
 

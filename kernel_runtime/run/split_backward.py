@@ -163,6 +163,9 @@ def backward_weight(pend: Pending) -> None:
                 h.remove()
         for p, g in zip(params, grads):
             _accumulate(p, g)
+        # freed before the next group's grads exist: a stage's W then peaks at its largest group's
+        # (the profiler's per-layer workspace), not at two groups' (measured on bench_truth's MLP)
+        grads = g = None
     if pend.orphans and pend.output is not None and pend.output.grad_fn is not None:
         go = None if pend.grad_output is None else (pend.grad_output,)
         grads = torch.autograd.grad((pend.output,), pend.orphans, go, retain_graph=True,

@@ -17,11 +17,20 @@ import torch.distributed as dist
 
 from flexpipe_ui.passes.comm import Message, RankComm
 
-__all__ = ["Transport", "CommError", "ChannelGroups", "RECEIVE_WINDOW"]
+__all__ = ["Transport", "CommError", "ChannelGroups", "RECEIVE_WINDOW", "holds_sends"]
 
 RECEIVE_WINDOW = 2
 """Receives posted ahead per inbound channel: their buffers are live until consumed (the cost
 model's ``recv_ahead``, which the profiler writes from this)."""
+
+
+def holds_sends(device_type: str) -> bool:
+    """Whether a rank's device keeps every tensor it sent until its step ends (the cost model's
+    ``sends_held``). On gloo a send's work reports completion only once waited for (measured with
+    torch 2.13: ``is_completed()`` still False 1 s after the peer had received), so ``flush`` never
+    drops one and ``finish_step`` waits for them all; NCCL's complete as the peer receives. CUDA
+    tensors over gloo are staged through host copies: the device's own is not kept."""
+    return device_type == "cpu"
 
 
 class CommError(RuntimeError):
