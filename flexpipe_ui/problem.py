@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .costmodel import StageCosts, fold_data_input, fold_liveness, place_memory
+from .costmodel import StageCosts, first_grad_rise, fold_data_input, fold_liveness, place_memory
 from .jsonio import read_json, write_json
 from .limits import MAX_LAYERS, MAX_MICROBATCHES, MAX_NUMBER, MAX_RANKS
 
@@ -113,6 +113,10 @@ class Problem:
     holds its input with its activation, and each rank holds ``recv_ahead`` posted receive
     buffers per inbound channel (the runtime's receive window; ``costmodel.place_memory``).
     None: messages take no memory."""
+    sends_held: bool | None = None
+    """True: a sender keeps every message it sent until its step ends (with layers' ``out``): gloo's
+    send completes only when waited for, and the runtime waits at the step's end
+    (``costmodel.send_events``); None: a sent tensor is freed when its action frees it."""
     copy_bandwidth: float | None = None
     """MiB per time unit of a device-host copy (offload ``OFF`` / reload ``LOAD``, on each rank's
     copy lane, overlapping compute); None: the offload kinds' own rate (``ops.register_offload``)."""
@@ -288,7 +292,7 @@ def _problem_terms(d: dict, source: str) -> dict:
         out["runtime_mem"] = _num(d["runtime_mem"], f"{source}: 'runtime_mem'")
     if d.get("recv_ahead") is not None:
         out["recv_ahead"] = _num(d["recv_ahead"], f"{source}: 'recv_ahead'", integer=True)
-    for k in ("data_input", "torch_liveness"):
+    for k in _SWITCHES:
         if d.get(k) is not None:
             if not isinstance(d[k], bool):
                 raise ProblemError(f"{source}: {k!r} must be true or false, got {d[k]!r}")
@@ -315,6 +319,8 @@ _LAYER_KIND_MAPS = tuple(f.name for f in fields(Layer) if f.name in LAYER_TERMS 
 """Layer terms that are kind name → number mappings (``temp``); the others are numbers >= 0."""
 _LAYER_NUMBERS = tuple(k for k in LAYER_TERMS if k not in _LAYER_KIND_MAPS)
 _PROBLEM_TERMS = PROBLEM_TERMS
+_SWITCHES = tuple(f.name for f in fields(Problem) if f.name in PROBLEM_TERMS and str(f.type).startswith("bool"))
+"""The problem's true/false terms (``data_input``, ``torch_liveness``, ...)."""
 
 
 def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
@@ -331,6 +337,7 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
         out["out"] = arr([(st[-1].out or 0.0) if st else 0.0 for st in ls])
     if has("grad"):
         out["grad"] = arr([sum(l.grad or 0.0 for l in st) for st in ls])
+        out["grad_first"] = {k: arr([first_grad_rise(st, k) for st in ls]) for k in ("B", "W")}
     if has("switch"):
         out["switch"] = arr([sum(l.switch or 0.0 for l in st) for st in ls])
     for k in ("f_sel", "act_sel"):
@@ -347,7 +354,8 @@ def _stage_extras(p: Problem, partition: Sequence[Sequence[int]]) -> dict:
     return {**out, "bandwidth": p.bandwidth, "overhead": overhead, "comm_cpu": p.comm_cpu or 0.0,
             "dp": p.dp or 1, "dp_bandwidth": p.dp_bandwidth, "data_input": bool(p.data_input),
             "recv_ahead": p.recv_ahead, "runtime_mem": p.runtime_mem or 0.0,
-            "copy_bandwidth": p.copy_bandwidth, "torch_liveness": bool(p.torch_liveness)}
+            "copy_bandwidth": p.copy_bandwidth, "torch_liveness": bool(p.torch_liveness),
+            "sends_held": bool(p.sends_held)}
 
 
 _FREES_AS_IT_GOES = ("F", "B", "R")
@@ -434,7 +442,7 @@ def _check_terms(p: Problem) -> None:
                                      or p.recv_ahead < 0):
         raise ProblemError(f"'recv_ahead' must be an integer >= 0 (receive buffers per channel), got "
                            f"{p.recv_ahead!r}")
-    for k in ("data_input", "torch_liveness"):
+    for k in _SWITCHES:
         v = getattr(p, k)
         if v is not None and not isinstance(v, bool):
             raise ProblemError(f"{k!r} must be True or False, got {v!r}")

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .costmodel import action_memory, grad_events, rank_static
+from .costmodel import action_memory, grad_events, rank_static, send_events
 from .graph import action_arrays
 from .ir import Action, Schedule
 from .problem import StageCosts
@@ -128,10 +128,12 @@ def memory_events(tl: Timeline, costs: StageCosts, *, keep: bool = True
 def _memory_events(tl: Timeline, costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kid, klist, stage = action_arrays(tl.actions, tl.schedule)
     ms, me = action_memory(tl.actions, kid, klist, stage, costs)
-    gr, gt, gd = grad_events(klist, kid, stage, tl.rank, tl.start, costs)
-    r = np.concatenate([tl.rank, tl.rank, gr])
-    t = np.concatenate([tl.start, tl.end, gt])
-    d = np.concatenate([ms, me, gd])
+    gr, gt, gd = grad_events(klist, kid, stage, tl.rank, tl.start, costs, tl.end)
+    sr, st, sd = (send_events(tl.actions, klist, kid, stage, tl.rank, tl.end, costs, tl.schedule.placement)
+                  if tl.schedule is not None else (gr[:0], gt[:0], gd[:0]))
+    r = np.concatenate([tl.rank, tl.rank, gr, sr])
+    t = np.concatenate([tl.start, tl.end, gt, st])
+    d = np.concatenate([ms, me, gd, sd])
     keep = d != 0
     r, t, d = r[keep], t[keep], d[keep]
     o = np.lexsort((d, t, r))  # frees (negative) before allocations at the same instant

@@ -118,3 +118,34 @@ def test_runtime_memory_is_held_by_every_rank_once():
                      microbatches=2, partition=((0,), (1,), (2,)))
     static = simulate(plan, p).metrics.static_memory
     assert static == (20 + 5, 10 + 5)
+
+
+def test_sends_held_keep_what_a_rank_sent_until_its_step_ends():
+    # one microbatch in flight per rank; layer 0 sends 2 MiB (its output forward, its gradient back)
+    # rank 0: 0F0 0B0 0F1 -- with sends held, 0F0's output (in its activation until 0B0) stays
+    # after 0B0: 0F1 stands on it: 10 + 2 + 4. rank 1: 1B0 sends a new 2 MiB gradient upstream,
+    # kept: 1F1 reaches 10 + 2 + 4
+    text = "r0: 0F0 0B0 0F1 0B1\nr1: 1F0 1B0 1F1 1B1"
+    assert _peaks(_prob({0: {"out": 2.0}}), text) == (14, 14)
+    held = _prob({0: {"out": 2.0}}, sends_held=True)
+    assert _peaks(held, text) == (16, 16)
+    # nothing crosses ranks: nothing is sent, nothing kept
+    one = hand_plan("r0: 0F0 1F0 1B0 0B0 0F1 1F1 1B1 0B1\nr1:", placement=(0, 0), microbatches=2,
+                    partition=((0,), (1,)))
+    assert simulate(one, held).metrics.peak_memory == simulate(one, _prob({0: {"out": 2.0}})).metrics.peak_memory
+    # a split backward: the gradient is kept from I's end, while the activation waits for W:
+    # rank 1 at 1I1's end holds 10 + 4 (microbatch 1) + 2 + 2 (both gradients sent); rank 0 as fused
+    split = "r0: 0F0 0I0 0W0 0F1 0I1 0W1\nr1: 1F0 1I0 1W0 1F1 1I1 1W1"
+    assert _peaks(held, split) == (16, 18)
+    assert _peaks(_prob({0: {"out": 2.0}}), split) == (14, 14)
+
+
+def test_sends_held_round_trip_and_errors(tmp_path):
+    p = _prob({0: {"out": 1.0}}, recv_ahead=2, sends_held=True)
+    save_problem(p, tmp_path / "p.json")
+    assert load_problem(tmp_path / "p.json") == p
+    d = json.loads((tmp_path / "p.json").read_text())
+    d["sends_held"] = 1
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ProblemError, match="sends_held"):
+        load_problem(tmp_path / "bad.json")

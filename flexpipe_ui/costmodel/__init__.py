@@ -37,10 +37,15 @@ extra terms, each neutral when absent:
 - ``recv_ahead`` (with ``out``): received messages are fresh buffers: a stage fed by another rank
   holds its input with its activation, and each rank holds ``recv_ahead`` posted receive buffers
   per inbound channel (``place_memory``, applied where the placement is known);
+- ``sends_held`` (with ``out``): a sender keeps what it sent until its step ends (gloo's sends
+  complete only when waited for): a gradient sent upstream from its I/B's end, an activation sent
+  onward from where its stage's backward frees it (``send_events``);
 - ``runtime_mem``: MiB each rank's process holds for the runtime's libraries (cuBLAS workspaces),
   static (``rank_static``);
 - layer ``grad`` also times the gradients' memory: a stage's gradients (part of ``mem``) exist
-  from the start of its first weight-gradient action of the step (``rank_static``, ``grad_events``).
+  from the start of its first weight-gradient action of the step (``rank_static``, ``grad_events``);
+  in that action a layer's fresh weight gradient *becomes* ``.grad``, so it rises by the larger of
+  its workspace and its gradient, not by both (``first_grad_rise``, ``StageCosts.grad_first``).
 
 - ``f_nograd``, ``act_sel``/``f_sel``, ``copy_bandwidth``, ``torch_liveness``: what recompute,
   selective recompute and offload cost and free, and torch's liveness (``spend``).
@@ -58,8 +63,8 @@ from .bounds import (backward_time, first_backward, hold_area, hops_latency, lay
 from .dp import allreduce_lane, allreduce_time
 from .durations import (action_durations, duration_table, edge_latency, fold_data_input, hop_latency,
                         message_size, overhead_of, stage_switch, switch_charge, switch_time, transfer_time)
-from .memory import (action_memory, grad_events, kind_memory_units, kind_temp, memory_effects, place_memory,
-                     rank_static, stage_memory)
+from .memory import (action_memory, first_grad_rise, grad_events, kind_memory_units, kind_temp, memory_effects,
+                     place_memory, rank_static, send_events, stage_memory)
 from .spend import copy_time, fold_liveness, nograd_forwards, selective_recompute
 from .stage import FIT_TOL, StageCosts, fits, fits_mask, fused_backward
 
@@ -69,4 +74,4 @@ __all__ = ["StageCosts", "FIT_TOL", "fits", "fits_mask", "overhead_of", "duratio
            "allreduce_lane", "stage_work", "first_backward", "hop_latency", "hops_latency",
            "layer_work", "layer_chain", "hold_area", "return_latency", "least_message",
            "least_hold", "plain_times", "fold_data_input", "kind_temp", "place_memory", "rank_static",
-           "grad_events", "fold_liveness", "selective_recompute", "nograd_forwards", "copy_time"]
+           "grad_events", "send_events", "first_grad_rise", "fold_liveness", "selective_recompute", "nograd_forwards", "copy_time"]

@@ -166,4 +166,8 @@ def fold_data_input(costs: StageCosts) -> StageCosts:
         act_w = np.array(costs.act_w, float)
         act_w[0] = costs.act[0]
         out["act_w"] = act_w
+    if costs.grad_first is not None and "B" in costs.grad_first:
+        first = {k: np.array(v, float) for k, v in costs.grad_first.items()}
+        first.setdefault("W", np.zeros(costs.num_stages))[0] = first["B"][0]
+        out["grad_first"] = first
     return replace(costs, **out)

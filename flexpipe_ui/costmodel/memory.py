@@ -10,7 +10,7 @@ from ..kinds import Kind, get_kind
 from .stage import StageCosts, _split_release
 
 __all__ = ["place_memory", "kind_memory_units", "memory_effects", "kind_temp", "stage_memory", "action_memory",
-           "rank_static", "grad_events"]
+           "rank_static", "grad_events", "send_events", "first_grad_rise"]
 
 
 def place_memory(costs: StageCosts, placement) -> StageCosts:
@@ -167,11 +167,36 @@ def rank_static(costs: StageCosts, placement, ranks: int) -> np.ndarray:
     return static
 
 
+def first_grad_rise(layers, kind: str) -> float:
+    """How far a stage's first weight-gradient action of ``kind`` rises above its start, its new
+    gradients included (``StageCosts.grad_first``), from its layers' ``grad``, ``temp`` and ``act``.
+
+    A layer's steady-state workspace ``temp`` is mostly its fresh weight gradient, made before it
+    is added into ``.grad``; in the step's first such action that gradient *becomes* ``.grad``
+    (``split_backward._accumulate``), so the layer rises by the larger of the two, not by both
+    (bench_truth's GPT head: temp W 6.0 MiB, grad 6.0: the first W rose 7.7, grads + workspace
+    predicted 13.7). Split W (``"W"``) runs the layers in forward order, frees its activation at
+    its end: layer l stands on the gradients of the layers before it. A fused backward (``"B"``)
+    runs them last first and frees each layer's activation as it passes: layer l stands on the
+    gradients less the activations of the layers after it."""
+    grad = [l.grad or 0.0 for l in layers]
+    rise = [max((l.temp or {}).get(kind, 0.0), g) for l, g in zip(layers, grad)]
+    if kind == "B":
+        net = np.cumsum([g - l.act for l, g in zip(layers, grad)][::-1])[::-1]
+        below = np.r_[net[1:], 0.0] if len(layers) else net
+    else:
+        below = np.r_[0.0, np.cumsum(grad)[:-1]] if len(layers) else np.zeros(0)
+    return float(max([max(0.0, b + r) for b, r in zip(below, rise)], default=0.0))
+
+
 def grad_events(kinds: Sequence[Kind], kid: np.ndarray, stage: np.ndarray, rank: np.ndarray,
-                start: np.ndarray, costs: StageCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                start: np.ndarray, costs: StageCosts, end: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, time, MiB) of each stage's gradients coming into existence: at the start of its first
     action (in time) that computes weight gradients (W, B), where autograd allocates ``.grad``
-    (they are freed at the step's end, after the optimizer). Empty without ``grad``."""
+    (they are freed at the step's end, after the optimizer). With ``grad_first`` (and ``end``) that
+    action rises to ``grad_first`` of its kind above its start, its workspace ``temp`` included
+    (``first_grad_rise``), and holds the whole ``grad`` after its end. Empty without ``grad``."""
     if costs.grad is None or not len(kid):
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     wg = np.array([k.computes_weight_grad for k in kinds], bool)[kid]
@@ -180,4 +205,60 @@ def grad_events(kinds: Sequence[Kind], kid: np.ndarray, stage: np.ndarray, rank:
     first = idx[np.r_[True, stage[idx][1:] != stage[idx][:-1]]] if len(idx) else idx
     grad = np.minimum(np.asarray(costs.grad, float), costs.mem)[stage[first]]
     keep = grad > 0
-    return rank[first][keep], start[first][keep], grad[keep]
+    first, grad = first[keep], grad[keep]
+    rise = costs.grad_first or {}
+    known = np.array([kinds[kid[i]].name in rise for i in first], bool) if end is not None else np.zeros(len(first), bool)
+    if not known.any():
+        return rank[first], start[first], grad
+    at_start = grad.copy()
+    for j in np.flatnonzero(known):
+        i, k = first[j], kinds[kid[first[j]]]
+        at_start[j] = rise[k.name][stage[i]] - kind_temp(k, costs)[stage[i]]
+    fk = first[known]
+    return (np.concatenate([rank[first], rank[fk]]), np.concatenate([start[first], end[fk]]),
+            np.concatenate([at_start, grad[known] - at_start[known]]))
+
+
+def send_events(acts, kinds: Sequence[Kind], kid: np.ndarray, stage: np.ndarray, rank: np.ndarray,
+                end: np.ndarray, costs: StageCosts, placement) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, time, MiB) of what a sender keeps of the messages it sent, with ``sends_held`` (gloo:
+    a send completes only when waited for, and the runtime waits for a step's sends at its end, so
+    every sent tensor lives until then; freed after the step's peak, never here).
+
+    - a gradient sent upstream (by an I or B whose predecessor stage is on another rank) is a new
+      tensor, the predecessor's ``out``: held from the action's end;
+    - an activation sent onward is the stage's output, already in its activation (``act`` counts
+      the output) until the stage's backward frees it: held from then, the end of the (stage,
+      microbatch)'s last backward action (or of its F, where a recompute kind frees F's activation
+      at F's end).
+    Empty without ``sends_held`` or ``out``."""
+    empty = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    if not costs.sends_held or costs.out is None or not len(kid):
+        return empty
+    place = np.asarray([int(r) for r in placement], np.int64)
+    S = len(place)
+    out = np.asarray(costs.out, float)
+    fwd = np.array([k.is_forward for k in kinds], bool)[kid]
+    back = np.array([k.is_backward for k in kinds], bool)[kid]
+    grad = np.array([k.computes_input_grad for k in kinds], bool)[kid]
+    frees_f = np.array([any(t == "F" and de < 0 for t, (_, de) in k.adjust.items()) for k in kinds], bool)[kid]
+    mb = np.array([a.microbatch for a in acts], np.int64)
+    key = stage * (int(mb.max()) + 1) + mb
+    n_keys = int(key.max()) + 1
+    last_back = np.full(n_keys, -np.inf)
+    np.maximum.at(last_back, key[back], end[back])
+    f_end = np.full(n_keys, -np.inf)
+    np.maximum.at(f_end, key[fwd], end[fwd])
+    by_f = np.zeros(n_keys, bool)
+    by_f[key[frees_f]] = True
+    held_from = np.where(by_f | ~np.isfinite(last_back), f_end, last_back)
+    sends_act = fwd & (stage < S - 1)
+    sends_act[sends_act] = place[np.minimum(stage[sends_act] + 1, S - 1)] != place[stage[sends_act]]
+    sends_grad = grad & (stage > 0)
+    sends_grad[sends_grad] = place[stage[sends_grad] - 1] != place[stage[sends_grad]]
+    ia, ig = np.flatnonzero(sends_act), np.flatnonzero(sends_grad)
+    r = np.concatenate([rank[ia], rank[ig]])
+    t = np.concatenate([held_from[key[ia]], end[ig]])
+    d = np.concatenate([out[stage[ia]], out[stage[ig] - 1]])
+    keep = (d > 0) & np.isfinite(t)
+    return r[keep], t[keep], d[keep]

@@ -31,6 +31,9 @@ class StageCosts:
     """MiB a stage sends onward (its last layer's ``out``), None: messages cost ``comm`` only."""
     grad: np.ndarray | None = None
     """MiB of gradients per stage (the data-parallel all-reduce)."""
+    grad_first: Mapping[str, np.ndarray] | None = None
+    """Kind name (B, W) → per stage, MiB the stage's first weight-gradient action of that kind rises
+    above its start, its new gradients included (``memory.first_grad_rise``); None: grad + temp."""
     switch: np.ndarray | None = None
     """Extra time per stage of an action that follows another stage's action on its rank."""
     temp: Mapping[str, np.ndarray] | None = None
@@ -46,6 +49,8 @@ class StageCosts:
     """MiB every rank holds for the runtime's libraries (static)."""
     recv_ahead: int | None = None
     """Receive buffers posted ahead per inbound channel; None: messages take no memory."""
+    sends_held: bool = False
+    """A sender keeps what it sent until its step ends (``send_events``)."""
     f_nograd: np.ndarray | None = None
     """Forward time per stage of a microbatch that a recompute re-runs (no autograd graph); None: f."""
     f_sel: np.ndarray | None = None

@@ -90,8 +90,10 @@ def _assemble(res: dict, job, *, ranks, optimizer, comm, memory_limit, path,
          "comm": float(comm if comm is not None else (c["latency"] if c else 0.0)), "meta": meta}
     if memory_limit is not None:
         d["memory_limit"] = memory_limit
-    from ..run.transport import RECEIVE_WINDOW
+    from ..run.transport import RECEIVE_WINDOW, holds_sends
     d["recv_ahead"] = RECEIVE_WINDOW    # the transport's receive window: posted buffers are live
+    if holds_sends(str(res["device"]).split(":")[0]):
+        d["sends_held"] = True          # gloo: what a rank sent lives until its step's end
     if res.get("runtime_mem"):
         d["runtime_mem"] = res["runtime_mem"] / _MIB
     if res.get("copy_bandwidth"):       # GPUs only: bytes/ms of a pinned host copy, as MiB/ms
