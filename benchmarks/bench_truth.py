@@ -66,7 +66,10 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) 
     t = time.perf_counter()
     prob = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches,
                    device="cuda" if devices == "cuda" else "cpu")
-    log(f"  profiled in {time.perf_counter() - t:.1f} s (spread {prob.meta.get('spread', 0):.2f})")
+    noise = prob.meta.get("noise") or {}
+    log(f"  profiled in {time.perf_counter() - t:.1f} s (spread {prob.meta.get('spread', 0):.2f}; the profiler's "
+        f"noise: {noise.get('repeats')} repeats, drift {noise.get('drift', 0):.1%}, median error "
+        f"{noise.get('error', 0):.1%})")
     speed1 = probe()
     plans = plans_for(prob, time_limit, log)
     measured = measure_plans(list(plans.values()), model=fam.spec, steps=steps, warmup=warmup, repeat=passes,
@@ -170,14 +173,16 @@ def main(argv=None) -> int:
           f"{args.passes} pass(es) after {args.warmup} warm-up step(s); cpu count {os.cpu_count()}")
     for fam in fams:
         print("  " + describe(fam))
-    rows, worst_round, ratios, rep, moved = {}, {}, {}, {}, {}
+    rows, worst_round, ratios, rep, moved, said = {}, {}, {}, {}, {}, {}
     for fam in fams:
         res = []
         for r in range(args.rounds):
             log(f"{fam.name}: round {r + 1}/{args.rounds}")
             res.append(one_round(fam, steps=args.steps, passes=args.passes, devices=devices, warmup=args.warmup,
                                  time_limit=args.time_limit, log=log))
-        rep[fam.name] = repeatability([x.pop("_profile") for x in res])
+        profs = [x.pop("_profile") for x in res]
+        rep[fam.name] = repeatability(profs)
+        said[fam.name] = max((p.meta.get("noise") or {}).get("error", 0.0) for p in profs)
         moved[fam.name] = [x.pop("_machine") for x in res]
         for k, r in enumerate(res, 1):          # every round's raw figures, all from one launch
             print(f"{fam.name} round {k}: " + "; ".join(
@@ -195,7 +200,7 @@ def main(argv=None) -> int:
         ratios[fam.name] = [round_ratios(r) for r in res]
     print(f"{'family':<18} {'plan':<17} {'pred ms':>9} {'meas ms':>9} {'rel.err':>8} {'worst':>7} "
           f"{'pred MiB':>9} {'meas MiB':>9} {'mem err':>8} {'by rank':>8}")
-    max_err, mem_err, fam_err = 0.0, 0.0, {}
+    max_err, mem_err, fam_err, rank_err = 0.0, 0.0, {}, 0.0
     for (name, plan), v in rows.items():
         print(f"{name:<18} {plan:<17} {v['pred']:>9.2f} {v['meas']:>9.2f} {v['err']:>+8.1%} "
               f"{worst_round[(name, plan)]:>+7.1%} {v['pred_mem']:>9.2f} {v['meas_mem']:>9.2f} "
@@ -203,6 +208,7 @@ def main(argv=None) -> int:
         max_err = max(max_err, abs(v["err"]))
         fam_err[name] = max(fam_err.get(name, 0.0), abs(v["err"]))
         mem_err = max(mem_err, v["mem_err"]) if v["mem_err"] == v["mem_err"] else mem_err
+        rank_err = max(rank_err, v["rank_mem_err"]) if v["rank_mem_err"] == v["rank_mem_err"] else rank_err
     print("pred = simulate(plan, profile) for every plan, auto included; rel.err = (measured - pred) / pred "
           "of the median round; MiB: the plan's peak (its highest rank), measured by the process's allocator "
           "(procmem); mem err = |measured - predicted| / predicted of that peak; by rank: the worst rank's")
@@ -215,13 +221,14 @@ def main(argv=None) -> int:
               f"{[x['pred_fastest'] for x in rr]}: predicted fastest measured {med('gap'):+.1%} off the measured "
               f"fastest (median round, worst {max(x['gap'] for x in rr):+.1%}); auto vs best library "
               f"{med('vs_best'):.3f}x (worst {low('vs_best'):.3f}x); auto vs 1F1B {med('vs_1f1b'):.3f}x; "
-              f"profile repeatability {rep[fam.name]:.1%}; the machine during the runs vs the profile "
+              f"profile repeatability {rep[fam.name]:.1%} (the profiler's own median error, worst round "
+              f"{said[fam.name]:.1%}); the machine during the runs vs the profile "
               f"(median round): matmul {statistics.median(m['matmul_ms'] for m in moved[fam.name]):+.1%}, "
               f"copy {statistics.median(m['copy_ms'] for m in moved[fam.name]):+.1%}")
         if fam.name == "gpt-heavy-head" or speed != speed:
             speed = med("vs_1f1b")
         lines.append(f"family={fam.name} max_rel_error={fam_err[fam.name]:.4f} auto_vs_best={med('vs_best'):.4f}")
-    print(f"max_mem_rel_error={mem_err:.4f}")
+    print(f"max_mem_rel_error={mem_err:.4f} max_rank_mem_rel_error={rank_err:.4f}")
     for line in lines:
         print(line)
     print(f"max_rel_error={max_err:.4f} auto_speedup_measured={speed:.4f}", flush=True)
