@@ -40,30 +40,12 @@ _original = procmem._cpu_peak
 
 
 def _ranges(prof) -> list:
-    from torch._C._profiler import _EventType
+    """(action, level before, highest inside, level after) of every action range, in start order."""
+    from kernel_runtime.measure.profile_memory import _cpu_ranges
     tree = prof.profiler.kineto_results.experimental_event_tree()
-    nodes = list(procmem._walk(tree))
-    ranges = sorted((nd for nd in nodes if nd.name.startswith(_PREFIX)), key=lambda n: n.start_time_ns)
-    allocs = sorted((nd for nd in nodes if nd.tag == _EventType.Allocation), key=lambda n: n.start_time_ns)
-    live: dict[int, int] = {}
-    cur, k, out = 0, 0, []
-    for rg in ranges:
-        while k < len(allocs) and allocs[k].start_time_ns < rg.start_time_ns:
-            f = allocs[k].extra_fields
-            cur = cur + f.alloc_size if f.alloc_size > 0 else cur - live.pop(f.ptr, 0)
-            if f.alloc_size > 0:
-                live[f.ptr] = f.alloc_size
-            k += 1
-        start = peak = cur
-        while k < len(allocs) and allocs[k].start_time_ns <= rg.end_time_ns:
-            f = allocs[k].extra_fields
-            cur = cur + f.alloc_size if f.alloc_size > 0 else cur - live.pop(f.ptr, 0)
-            if f.alloc_size > 0:
-                live[f.ptr] = f.alloc_size
-            peak = max(peak, cur)
-            k += 1
-        out.append((rg.name[len(_PREFIX):], start, peak, cur))
-    return out
+    ranges = sorted((nd for nd in procmem._walk(tree) if nd.name.startswith(_PREFIX)), key=lambda n: n.start_time_ns)
+    got = _cpu_ranges(prof, {nd.name for nd in ranges})
+    return [(nd.name[len(_PREFIX):], *vals) for nd, vals in zip(ranges, got)]
 
 
 def _traced_peak(prof):
