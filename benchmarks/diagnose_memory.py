@@ -51,17 +51,17 @@ def report(name: str, prob, plans: dict, meas: dict) -> None:
 
 
 def _model_levels(plan, prob) -> list[list[tuple]]:
-    """Per rank, per action in start order: (name, level before, level after start, level after end), MiB."""
+    """Per rank, per action in start order: (name, level before, level after start, level after end),
+    MiB above the rank's static memory (``timeline.memory_curve``)."""
     import numpy as np
-    from flexpipe_ui.sim import costs_for, simulate
-    from flexpipe_ui.timeline import memory_events
-    tl = simulate(plan, prob).timeline
-    r_ev, t_ev, d_ev = memory_events(tl, costs_for(plan, prob))
+    from flexpipe_ui.sim import simulate
+    from flexpipe_ui.timeline import memory_curve
+    res = simulate(plan, prob)
+    tl = res.timeline
     out = []
     for r in range(tl.ranks):
-        sel = r_ev == r
-        t, d = t_ev[sel], d_ev[sel]
-        level = lambda x, right: float(d[:np.searchsorted(t, x, side="right" if right else "left")].sum())
+        times, vals = memory_curve(tl, res.costs, r, static=0.0)
+        level = lambda x, right: float(vals[np.searchsorted(times[1:], x, side="right" if right else "left")])
         idx = sorted((i for i in range(len(tl.actions)) if tl.rank[i] == r), key=lambda i: tl.start[i])
         out.append([(str(tl.actions[i]), level(tl.start[i], False), level(tl.start[i], True),
                      level(tl.end[i], True)) for i in idx])

@@ -232,9 +232,8 @@ def send_events(acts, kinds: Sequence[Kind], kid: np.ndarray, stage: np.ndarray,
       microbatch)'s last backward action (or of its F, where a recompute kind frees F's activation
       at F's end).
     Empty without ``sends_held`` or ``out``."""
-    empty = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     if not costs.sends_held or costs.out is None or not len(kid):
-        return empty
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     place = np.asarray([int(r) for r in placement], np.int64)
     S = len(place)
     out = np.asarray(costs.out, float)
@@ -253,7 +252,7 @@ def send_events(acts, kinds: Sequence[Kind], kid: np.ndarray, stage: np.ndarray,
     by_f[key[frees_f]] = True
     held_from = np.where(by_f | ~np.isfinite(last_back), f_end, last_back)
     sends_act = fwd & (stage < S - 1)
-    sends_act[sends_act] = place[np.minimum(stage[sends_act] + 1, S - 1)] != place[stage[sends_act]]
+    sends_act[sends_act] = place[stage[sends_act] + 1] != place[stage[sends_act]]
     sends_grad = grad & (stage > 0)
     sends_grad[sends_grad] = place[stage[sends_grad] - 1] != place[stage[sends_grad]]
     ia, ig = np.flatnonzero(sends_act), np.flatnonzero(sends_grad)
