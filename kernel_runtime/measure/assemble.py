@@ -44,7 +44,8 @@ def _combine(results: list[dict]) -> dict:
             "runtime_mem": max(r.get("runtime_mem", 0.0) for r in results),
             "copy_bandwidth": min((r["copy_bandwidth"] for r in results if r.get("copy_bandwidth")), default=None),
             "noise": {"repeats": base["noise"].get("repeats"),
-                      "drift": max(r["noise"].get("drift", 0.0) for r in results)}}
+                      "drift": max(r["noise"].get("drift", 0.0) for r in results),
+                      "error": max(r["noise"].get("error", 0.0) for r in results)}}
 
 
 def _spread(samples: dict) -> float:

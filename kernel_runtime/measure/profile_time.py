@@ -11,6 +11,7 @@ Units: ms and bytes.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -238,6 +239,18 @@ def drift(per_rep: Sequence[float]) -> float:
     return abs(a - b) / mid if mid > 0 else 0.0
 
 
+def median_error(per_rep: Sequence[float]) -> float:
+    """Relative standard error of the median of a series (per-repetition totals): 1.2533 sigma /
+    sqrt(n) over the median, sigma from the interquartile range (IQR / 1.349), robust to the odd
+    slow repetition. How far a profile's medians could move in a second profile on this machine."""
+    n = len(per_rep)
+    if n < 4:
+        return 0.0
+    mid = statistics.median(per_rep)
+    q = statistics.quantiles(per_rep, n=4)
+    return 1.2533 * (q[2] - q[0]) / 1.349 / math.sqrt(n) / mid if mid > 0 else 0.0
+
+
 def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, target, loss_fn, *,
                repeats: int = 7, warmup: int = 2, device=None,
                between: Callable[[int], None] | None = None, ranks: int = 2,
@@ -267,7 +280,7 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
     alt: dict[tuple, dict[str, list[float]]] = {u: {"F": [], "B": []} for u in units}
     totals: list[float] = []
     limit = max(repeats, max_repeats or repeats)
-    rep, moved = 0, 0.0
+    rep, moved, error = 0, 0.0, 0.0
     while True:
         if between is not None:
             between(rep)
@@ -289,14 +302,14 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
         rep += 1
         done_reps = rep - warmup
         if done_reps >= repeats and (done_reps - repeats) % 4 == 0:
-            moved = drift(totals)
-            done = moved <= tolerance or done_reps >= limit
+            moved, error = drift(totals), median_error(totals)
+            done = (moved <= tolerance and error <= tolerance / 2) or done_reps >= limit
             if agree is not None:
                 done = agree(done)
             if done:
                 break
     if report is not None:
-        report.update(repeats=rep - warmup, drift=moved)
+        report.update(repeats=rep - warmup, drift=moved, error=error)
     out = {}
     for u, rs in got.items():
         flat = lambda key: [v for r in rs for v in (r[key] if isinstance(r[key], tuple) else (r[key],))]

@@ -293,9 +293,28 @@ def profile(model: Any = None, sample_input=None, *, targets=None, path: str | P
     if cfg.executor_probe and nproc >= 2 and ranks >= 2 and sample_input is None:
         prob = _executor_probe(prob, model, cfg.loss_fn, device=device, dtype=job.dtype,
                                threads=threads, timeout=cfg.timeout, keep_comm=cfg.comm is not None)
+    _say_noise(prob.meta.get("noise") or {}, job)
     if path is not None:
         save_problem(prob, path)
     return prob
+
+
+class ProfileNoiseWarning(UserWarning):
+    """The machine moved more while it was profiled than ``tolerance``, even at ``max_repeats``."""
+
+
+def _say_noise(noise: dict, job) -> None:
+    """Warn when the repetitions ran out before the machine was steady enough: how far its speed
+    moved (``drift``) and how far the medians could move in another profile (``error``)."""
+    moved, error = noise.get("drift", 0.0) or 0.0, noise.get("error", 0.0) or 0.0
+    if moved <= job.tolerance and error <= job.tolerance / 2:
+        return
+    import warnings
+    warnings.warn(f"profile: this machine is noisy: its speed moved {moved:.1%} over the "
+                  f"{noise.get('repeats')} repetitions (tolerance {job.tolerance:.0%}) and the medians "
+                  f"could be {error:.1%} off in another profile; figures may be that far off. Profile "
+                  f"on a quieter machine, or give more repetitions (max_repeats={job.max_repeats} now)",
+                  ProfileNoiseWarning, stacklevel=3)
 
 
 def _measure_here(job: _ProfileJob, threads: int | None) -> dict:

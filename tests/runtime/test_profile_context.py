@@ -41,3 +41,45 @@ def test_drift_is_the_halves_apart():
     assert drift([10, 10, 10, 10, 10, 10]) == 0.0
     assert drift([10, 10, 10, 12, 12, 12]) == pytest.approx(2 / 11)
     assert drift([10, 11]) == 0.0                                     # too few to tell
+
+
+def test_median_error_is_the_medians_standard_error():
+    from kernel_runtime.measure.profile_time import median_error
+    assert median_error([10.0] * 8) == 0.0
+    assert median_error([10, 11, 9]) == 0.0                           # too few to tell
+    series = [9.0, 10.0, 11.0, 10.0, 9.0, 10.0, 11.0, 10.0]
+    import statistics
+    q = statistics.quantiles(series, n=4)
+    assert median_error(series) == pytest.approx(1.2533 * (q[2] - q[0]) / 1.349 / 8 ** 0.5 / 10.0)
+    assert median_error(series * 4) < median_error(series)           # more repetitions, surer median
+
+
+def _time_two_layers(**kw):
+    import torch
+    from kernel_runtime.measure.profile_time import time_units
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)]
+    report: dict = {}
+    time_units(layers, [(0,), (1,)], torch.randn(8, 16), torch.randn(8, 4), torch.nn.functional.mse_loss,
+               warmup=1, ranks=1, report=report, **kw)
+    return report
+
+
+def test_repetitions_widen_until_the_median_is_sure_and_stop_at_the_cap():
+    loose = _time_two_layers(repeats=4, max_repeats=12, tolerance=10.0)
+    assert loose["repeats"] == 4 and "error" in loose and loose["error"] >= 0.0
+    strict = _time_two_layers(repeats=4, max_repeats=12, tolerance=0.0)   # never sure enough
+    assert strict["repeats"] == 12
+
+
+def test_the_profiler_says_when_the_machine_was_too_noisy():
+    import warnings
+    from kernel_runtime.measure.profiler import ProfileNoiseWarning, _say_noise, _ProfileJob
+    job = _ProfileJob(None, None, None, None, 2, "cpu", "float32", 7, 2, 0, 1, max_repeats=14, tolerance=0.03)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _say_noise({"repeats": 7, "drift": 0.02, "error": 0.01}, job)          # steady: silent
+    with pytest.warns(ProfileNoiseWarning, match=r"moved 2\.0%.*14 repetitions.*2\.5% off.*max_repeats=14"):
+        _say_noise({"repeats": 14, "drift": 0.02, "error": 0.025}, job)
+    with pytest.warns(ProfileNoiseWarning, match=r"moved 9\.0%"):
+        _say_noise({"repeats": 14, "drift": 0.09, "error": 0.0}, job)
