@@ -301,7 +301,7 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
             totals.append(total)
         rep += 1
         done_reps = rep - warmup
-        if done_reps >= repeats and (done_reps - repeats) % 4 == 0:
+        if done_reps >= repeats and ((done_reps - repeats) % 4 == 0 or done_reps >= limit):
             moved, error = drift(totals), median_error(totals)
             done = (moved <= tolerance and error <= tolerance / 2) or done_reps >= limit
             if agree is not None:

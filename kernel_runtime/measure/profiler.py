@@ -310,11 +310,13 @@ def _say_noise(noise: dict, job) -> None:
     if moved <= job.tolerance and error <= job.tolerance / 2:
         return
     import warnings
-    warnings.warn(f"profile: this machine is noisy: its speed moved {moved:.1%} over the "
-                  f"{noise.get('repeats')} repetitions (tolerance {job.tolerance:.0%}) and the medians "
-                  f"could be {error:.1%} off in another profile; figures may be that far off. Profile "
-                  f"on a quieter machine, or give more repetitions (max_repeats={job.max_repeats} now)",
-                  ProfileNoiseWarning, stacklevel=3)
+    over = [f"its speed moved {moved:.2%} over them (tolerance {job.tolerance:.2%})"] if moved > job.tolerance else []
+    if error > job.tolerance / 2:
+        over.append(f"the medians could be {error:.2%} off in another profile (tolerance "
+                    f"{job.tolerance / 2:.2%})")
+    warnings.warn(f"profile: this machine is noisy: after {noise.get('repeats')} repetitions (max_repeats="
+                  f"{job.max_repeats}) {' and '.join(over)}; the profile's figures may be that far off. "
+                  f"Profile on a quieter machine, or allow more repetitions", ProfileNoiseWarning, stacklevel=3)
 
 
 def _measure_here(job: _ProfileJob, threads: int | None) -> dict:

@@ -70,6 +70,7 @@ def test_repetitions_widen_until_the_median_is_sure_and_stop_at_the_cap():
     assert loose["repeats"] == 4 and "error" in loose and loose["error"] >= 0.0
     strict = _time_two_layers(repeats=4, max_repeats=12, tolerance=0.0)   # never sure enough
     assert strict["repeats"] == 12
+    assert _time_two_layers(repeats=4, max_repeats=10, tolerance=0.0)["repeats"] == 10   # the cap, not 12
 
 
 def test_the_profiler_says_when_the_machine_was_too_noisy():
@@ -79,7 +80,9 @@ def test_the_profiler_says_when_the_machine_was_too_noisy():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _say_noise({"repeats": 7, "drift": 0.02, "error": 0.01}, job)          # steady: silent
-    with pytest.warns(ProfileNoiseWarning, match=r"moved 2\.0%.*14 repetitions.*2\.5% off.*max_repeats=14"):
+    with pytest.warns(ProfileNoiseWarning, match=r"after 14 repetitions \(max_repeats=14\) the medians "
+                      r"could be 2\.50% off in another profile \(tolerance 1\.50%\);") as got:
         _say_noise({"repeats": 14, "drift": 0.02, "error": 0.025}, job)
-    with pytest.warns(ProfileNoiseWarning, match=r"moved 9\.0%"):
+    assert "speed moved" not in str(got[0].message)                   # only what was over is named
+    with pytest.warns(ProfileNoiseWarning, match=r"speed moved 9\.00% over them \(tolerance 3\.00%\);"):
         _say_noise({"repeats": 14, "drift": 0.09, "error": 0.0}, job)
