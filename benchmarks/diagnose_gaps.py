@@ -11,6 +11,8 @@ so a slow action, a wait on a peer and the executor's own gap are told apart whe
 saved by an earlier run (``--save F``) so repeated launches see one profile.
 
     python benchmarks/diagnose_gaps.py [--family conv-transformer] [--seed 1] [--plans 1f1b,auto]
+
+``--family mlp-mixer`` takes ``newuser_mixer``'s model (2 ranks x 8 microbatches) instead.
 """
 from __future__ import annotations
 
@@ -59,7 +61,12 @@ def main(argv=None) -> int:
     from flexpipe_ui.sim import simulate
     from kernel_runtime.run.launcher import launch
 
-    fam = families(args.seed, only=(args.family,))[0]
+    if args.family == "mlp-mixer":                          # the model outside the families
+        from newuser_mixer import mixer_spec
+        from truth_models import Family
+        fam = Family("mlp-mixer", mixer_spec(), 2, 8, dict(new_user=True))
+    else:
+        fam = families(args.seed, only=(args.family,))[0]
     print(f"== {describe(fam)}")
     if args.problem:
         prob = load_problem(args.problem)
