@@ -62,9 +62,8 @@ def main(argv=None) -> int:
     from kernel_runtime.run.launcher import launch
 
     if args.family == "mlp-mixer":                          # the model outside the families
-        from newuser_mixer import mixer_spec
-        from truth_models import Family
-        fam = Family("mlp-mixer", mixer_spec(), 2, 8, dict(new_user=True))
+        from newuser_mixer import mixer_family
+        fam = mixer_family()
     else:
         fam = families(args.seed, only=(args.family,))[0]
     print(f"== {describe(fam)}")

@@ -89,9 +89,14 @@ def mixer_spec(depth: int = 6, batch_size: int = 128):
                         batch_size=batch_size, name="mlp-mixer")
 
 
+def mixer_family(ranks: int = 2, microbatches: int = 8, batch_size: int = 128):
+    """The mixer as a ``truth_models.Family`` (what ``bench_truth.one_round`` and ``diagnose_gaps`` take)."""
+    from truth_models import Family
+    return Family("mlp-mixer", mixer_spec(batch_size=batch_size), ranks, microbatches, dict(new_user=True))
+
+
 def main(argv=None) -> int:
     import bench_truth as bt
-    from truth_models import Family
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=2)
@@ -100,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--passes", type=int, default=5)
     a = ap.parse_args(argv)
-    fam = Family("mlp-mixer", mixer_spec(batch_size=a.batch), a.ranks, a.microbatches, dict(new_user=True))
+    fam = mixer_family(a.ranks, a.microbatches, a.batch)
     log = lambda s: print(s, flush=True)
     rounds = []
     for k in range(a.rounds):
