@@ -10,11 +10,12 @@ as MiB; ``_layer``), plus what other probes measured (static memory, gradients, 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import fields
 
 from flexpipe_ui.problem import Layer, Problem, save_problem
 
-__all__ = ["combine", "assemble", "context_groups", "stage_context"]
+__all__ = ["combine", "assemble", "context_groups", "stage_context", "merge_profiles"]
 
 _MIB = float(2 ** 20)
 
@@ -170,6 +171,47 @@ def _layer(u: dict, ov: dict, ctx: dict | None = None, **static) -> dict:
     if u["deferred"]:
         vals["b"] = 0.0
     return vals
+
+
+_COMM_MEASURED = ("comm", "bandwidth", "comm_cpu")
+"""What the profiler's comm probe writes into the problem (``_assemble``)."""
+
+
+def merge_profiles(problems: list[Problem]) -> Problem:
+    """One profile of several taken of one model at different times: every time (each layer's
+    times the probe measured, ``profile_time.UnitTimes``' ms fields; the overheads; comm, bandwidth,
+    comm_cpu) the median over them, memory and everything else from the first. A machine whose speed moves over minutes
+    (docs/cost_model.md, "Bracketing the runs") is seen at more moments than one profile sees.
+    Profiles of different models or shapes are refused, naming the field that differs."""
+    if not problems:
+        raise ValueError("merge_profiles: no profiles given")
+    first = problems[0]
+    for k, p in enumerate(problems[1:], 1):
+        for what, a, b in (("ranks", first.ranks, p.ranks), ("microbatches", first.microbatches, p.microbatches),
+                           ("layers", first.num_layers, p.num_layers),
+                           ("layer names", [l.name for l in first.layers], [l.name for l in p.layers])):
+            if a != b:
+                raise ValueError(f"merge_profiles: profile {k} has {what} {b}, profile 0 has {a}")
+    med = lambda xs: None if any(x is None for x in xs) else statistics.median(xs)
+    d = first.to_dict()
+    layer_ms = [k for k, m in _measurements().items() if m["unit"] == "ms" and k in {f.name for f in fields(Layer)}]
+    for i, lay in enumerate(d["layers"]):
+        for f in layer_ms:
+            if f in lay:
+                v = med([getattr(p.layers[i], f) for p in problems])
+                if v is not None:
+                    lay[f] = v
+    for f in _COMM_MEASURED:
+        if f in d:
+            v = med([getattr(p, f) for p in problems])
+            if v is not None:
+                d[f] = v
+    if isinstance(d.get("overhead"), dict):
+        ovs = [p.overhead for p in problems]
+        if all(isinstance(o, Mapping) for o in ovs):
+            d["overhead"] = {k: statistics.median(o.get(k, 0.0) for o in ovs) for k in d["overhead"]}
+    d.setdefault("meta", {})["merged"] = len(problems)
+    return Problem.from_dict(d)
 
 
 combine, assemble = _combine, _assemble

@@ -86,3 +86,35 @@ def test_the_profiler_says_when_the_machine_was_too_noisy():
     assert "speed moved" not in str(got[0].message)                   # only what was over is named
     with pytest.warns(ProfileNoiseWarning, match=r"speed moved 9\.00% over them \(tolerance 3\.00%\);"):
         _say_noise({"repeats": 14, "drift": 0.09, "error": 0.0}, job)
+
+
+def _profile(scale: float, layers: int = 3, names=None):
+    from flexpipe_ui.problem import Layer, Problem
+    names = names or [f"l{i}" for i in range(layers)]
+    return Problem(ranks=2, microbatches=4, comm=0.2 * scale, bandwidth=100.0 * scale, comm_cpu=0.5,
+                   overhead={"F": 0.1 * scale, "I": 0.2, "W": 0.3, "B": 0.4},
+                   layers=tuple(Layer(f=(i + 1) * scale, b=2.0 * scale, w=1.0, bw=3.0 * scale, act=8.0 + i,
+                                      mem=16.0, name=n, switch=0.05 * scale) for i, n in enumerate(names)))
+
+
+def test_merged_profiles_take_each_time_at_the_median_and_memory_from_the_first():
+    from kernel_runtime.measure.assemble import merge_profiles
+    a, b, c = _profile(1.0), _profile(1.2), _profile(3.0)
+    m = merge_profiles([a, b])
+    assert m.layers[1].f == pytest.approx(2 * 1.1) and m.layers[0].bw == pytest.approx(3.3)
+    assert m.layers[0].switch == pytest.approx(0.055) and m.layers[2].w == 1.0
+    assert m.comm == pytest.approx(0.22) and m.bandwidth == pytest.approx(110.0)
+    assert m.overhead["F"] == pytest.approx(0.11) and m.overhead["B"] == pytest.approx(0.4)
+    assert [l.act for l in m.layers] == [l.act for l in a.layers] and m.meta["merged"] == 2
+    assert merge_profiles([a, c, b]).layers[0].f == pytest.approx(1.2)       # the median, not the mean
+    assert merge_profiles([a]).layers[0].f == a.layers[0].f
+
+
+def test_profiles_of_different_models_are_not_merged():
+    from kernel_runtime.measure.assemble import merge_profiles
+    with pytest.raises(ValueError, match="profile 1 has layers 4, profile 0 has 3"):
+        merge_profiles([_profile(1.0), _profile(1.0, layers=4)])
+    with pytest.raises(ValueError, match="layer names"):
+        merge_profiles([_profile(1.0), _profile(1.0, names=["a", "b", "c"])])
+    with pytest.raises(ValueError, match="no profiles"):
+        merge_profiles([])
