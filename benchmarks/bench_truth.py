@@ -55,8 +55,14 @@ def plans_for(problem, time_limit: float, log) -> dict:
     return out
 
 
-def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) -> dict:
-    """Profile, predict every plan from the profile, measure them interleaved; per plan the figures."""
+def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3, bracket: bool = False) -> dict:
+    """Profile, predict every plan from the profile, measure them interleaved; per plan the figures.
+
+    ``bracket``: profile again after the runs and predict from the two profiles merged
+    (``merge_profiles``: each time the median), so the profile sees the machine on both sides of the
+    runs; the plans (auto's choice included) still come from the first profile alone, and every
+    plan's error from the first profile alone and from the second alone is kept beside
+    (``errs``). Either way no prediction sees a run."""
     from flexpipe_ui.sim import simulate
     from kernel_runtime.measure.profiler import profile
     from kernel_runtime.measure.tuning import measure_plans
@@ -75,10 +81,19 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) 
     measured = measure_plans(list(plans.values()), model=fam.spec, steps=steps, warmup=warmup, repeat=passes,
                              devices=devices, timeout=600)
     speed2 = probe()
+    profs = {"before": prob}
+    if bracket:
+        from kernel_runtime.measure.assemble import merge_profiles
+        t = time.perf_counter()
+        profs["after"] = profile(fam.spec, ranks=fam.ranks, microbatches=fam.microbatches,
+                                 device="cuda" if devices == "cuda" else "cpu")
+        profs["bracketed"] = merge_profiles([prob, profs["after"]])
+        log(f"  profiled again after the runs in {time.perf_counter() - t:.1f} s")
     out = {"_profile": prob, "_machine": machine_moved(speed0, speed1, speed2)}
     for (name, plan), tls in zip(plans.items(), measured):
-        sim = simulate(plan, prob)
         meas = statistics.median(tl.makespan for tl in tls)
+        errs = {k: (meas - simulate(plan, p).makespan) / simulate(plan, p).makespan for k, p in profs.items()}
+        sim = simulate(plan, profs["bracketed"] if bracket else prob)
         pred_mem = list(sim.metrics.peak_memory)
         peaks = [tl.peak_memory_measured for tl in tls if tl.peak_memory_measured]
         meas_mem = [statistics.median(p[r] for p in peaks) for r in range(len(peaks[0]))] if peaks else []
@@ -89,7 +104,7 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3) 
         out[name] = {"pred": sim.makespan, "meas": meas, "err": (meas - sim.makespan) / sim.makespan,
                      "pred_mem": peak_p, "meas_mem": peak_m, "mem_err": abs(peak_m - peak_p) / peak_p,
                      "rank_mem_err": rank_err, "pred_mem_ranks": pred_mem, "meas_mem_ranks": meas_mem,
-                     "tracked_mem_ranks": trk_mem, "rss_mem_ranks": rss_mem}
+                     "tracked_mem_ranks": trk_mem, "rss_mem_ranks": rss_mem, "errs": errs}
     return out
 
 
@@ -119,10 +134,29 @@ def round_ratios(r: dict) -> dict:
     fastest = min(plans, key=lambda p: plans[p]["meas"])
     pred_fastest = min(plans, key=lambda p: plans[p]["pred"])
     best_lib = min((p for p in plans if p != "auto"), key=lambda p: plans[p]["meas"])
-    return {"fastest": fastest, "pred_fastest": pred_fastest,
+    # what the round's plans share (the machine between profile and runs moves them all alike) and
+    # what is each plan's own: its error once that shared factor is taken out
+    shift = statistics.median(v["meas"] / v["pred"] for v in plans.values())
+    own = {p: v["meas"] / (v["pred"] * shift) - 1 for p, v in plans.items()}
+    return {"fastest": fastest, "pred_fastest": pred_fastest, "shift": shift - 1, "own": own,
+            "own_max": max(abs(e) for e in own.values()),
             "gap": plans[pred_fastest]["meas"] / plans[fastest]["meas"] - 1,
             "vs_best": plans[best_lib]["meas"] / plans["auto"]["meas"],
             "vs_1f1b": plans["1f1b"]["meas"] / plans["auto"]["meas"] if "1f1b" in plans else float("nan")}
+
+
+def by_profile(all_rounds: dict) -> str:
+    """With ``--bracket``: per family and overall, the worst plan's median-round error predicted
+    from the profile before the runs alone, after them alone, and from both merged."""
+    worst: dict[str, dict[str, float]] = {}
+    for fam, res in all_rounds.items():
+        plans = [p for p in res[0] if not p.startswith("_")]
+        for src in res[0][plans[0]]["errs"]:
+            med = [sorted(abs(r[p]["errs"][src]) for r in res)[len(res) // 2] for p in plans]
+            worst.setdefault(src, {})[fam] = max(med)
+    lines = [f"error by profile (median round, worst plan) {src}: " + " ".join(
+        f"{f} {e:.3f}" for f, e in fams.items()) + f"; max {max(fams.values()):.4f}" for src, fams in worst.items()]
+    return "\n".join(lines)
 
 
 def repeatability(profiles) -> float:
@@ -150,6 +184,10 @@ def main(argv=None) -> int:
                     help="unrecorded steps at the start of every plan's run in each pass (steady state: "
                          "a plan's first steps after its start run slower, docs/cost_model.md)")
     ap.add_argument("--time-limit", type=float, default=10.0, help="seconds of auto search")
+    ap.add_argument("--bracket", action="store_true",
+                    help="also profile after the runs and predict from both profiles merged (one_round); the "
+                         "errors from the first and from the second profile alone are printed beside (a "
+                         "diagnostic of the machine moving: docs/cost_model.md, \"Bracketing the runs\")")
     ap.add_argument("--quick", action="store_true", help="1 round, 3 steps, 1 pass (smoke test)")
     ap.add_argument("--small", action="store_true", help="tiny models (tests; figures mean little)")
     ap.add_argument("--families", "--models", default=None, help="comma-separated subset of the families")
@@ -173,13 +211,13 @@ def main(argv=None) -> int:
           f"{args.passes} pass(es) after {args.warmup} warm-up step(s); cpu count {os.cpu_count()}")
     for fam in fams:
         print("  " + describe(fam))
-    rows, worst_round, ratios, rep, moved, said = {}, {}, {}, {}, {}, {}
+    rows, worst_round, ratios, rep, moved, said, all_rounds = {}, {}, {}, {}, {}, {}, {}
     for fam in fams:
         res = []
         for r in range(args.rounds):
             log(f"{fam.name}: round {r + 1}/{args.rounds}")
             res.append(one_round(fam, steps=args.steps, passes=args.passes, devices=devices, warmup=args.warmup,
-                                 time_limit=args.time_limit, log=log))
+                                 time_limit=args.time_limit, log=log, bracket=args.bracket))
         profs = [x.pop("_profile") for x in res]
         rep[fam.name] = repeatability(profs)
         said[fam.name] = max((p.meta.get("noise") or {}).get("error", 0.0) for p in profs)
@@ -188,6 +226,7 @@ def main(argv=None) -> int:
             print(f"{fam.name} round {k}: " + "; ".join(
                 f"{p} pred {v['pred']:.1f} meas {v['meas']:.1f} MiB pred {v['pred_mem']:.1f} meas "
                 f"{v['meas_mem']:.1f} (per rank pred {_mib(v['pred_mem_ranks'])} meas {_mib(v['meas_mem_ranks'])})"
+                + (" err " + "/".join(f"{s} {e:+.1%}" for s, e in v["errs"].items()) if len(v["errs"]) > 1 else "")
                 for p, v in r.items()))
             m = moved[fam.name][k - 1]
             print(f"{fam.name} round {k}: machine (reference kernels before profile / after / after runs) "
@@ -198,6 +237,7 @@ def main(argv=None) -> int:
             rows[(fam.name, plan)] = by_err[len(by_err) // 2][plan]          # the median round
             worst_round[(fam.name, plan)] = by_err[-1][plan]["err"]
         ratios[fam.name] = [round_ratios(r) for r in res]
+        all_rounds[fam.name] = res
     print(f"{'family':<18} {'plan':<17} {'pred ms':>9} {'meas ms':>9} {'rel.err':>8} {'worst':>7} "
           f"{'pred MiB':>9} {'meas MiB':>9} {'mem err':>8} {'by rank':>8}")
     max_err, mem_err, fam_err, rank_err = 0.0, 0.0, {}, 0.0
@@ -225,9 +265,15 @@ def main(argv=None) -> int:
               f"{said[fam.name]:.1%}); the machine during the runs vs the profile "
               f"(median round): matmul {statistics.median(m['matmul_ms'] for m in moved[fam.name]):+.1%}, "
               f"copy {statistics.median(m['copy_ms'] for m in moved[fam.name]):+.1%}")
+        shifts = " ".join(f"{x['shift']:+.1%}" for x in rr)
+        own = "; ".join(p + " " + "/".join(f"{x['own'][p]:+.1%}" for x in rr) for p in rr[0]["own"])
+        print(f"{fam.name}: shared shift per round {shifts}; each plan's own error (shift taken out) per "
+              f"round {own}; worst own error, median round {med('own_max'):.1%}")
         if fam.name == "gpt-heavy-head" or speed != speed:
             speed = med("vs_1f1b")
         lines.append(f"family={fam.name} max_rel_error={fam_err[fam.name]:.4f} auto_vs_best={med('vs_best'):.4f}")
+    if args.bracket:
+        print(by_profile(all_rounds))
     print(f"max_mem_rel_error={mem_err:.4f} max_rank_mem_rel_error={rank_err:.4f}")
     for line in lines:
         print(line)

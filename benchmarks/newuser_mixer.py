@@ -104,17 +104,22 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--bracket", action="store_true", help="profile again after the runs (bench_truth)")
     a = ap.parse_args(argv)
     fam = mixer_family(a.ranks, a.microbatches, a.batch)
     log = lambda s: print(s, flush=True)
     rounds = []
     for k in range(a.rounds):
-        r = bt.one_round(fam, steps=a.steps, passes=a.passes, devices="cpu", time_limit=10.0, log=log)
+        r = bt.one_round(fam, steps=a.steps, passes=a.passes, devices="cpu", time_limit=10.0, log=log,
+                         bracket=a.bracket)
         rounds.append(r)
         plans = {p: v for p, v in r.items() if not p.startswith("_")}
         log(f"round {k + 1}: " + "; ".join(
             f"{p} pred {v['pred']:.1f} meas {v['meas']:.1f} ms ({v['err']:+.1%}) MiB pred {v['pred_mem']:.1f} "
             f"meas {v['meas_mem']:.1f}" for p, v in plans.items()))
+        if a.bracket:
+            log(f"round {k + 1} error by profile: " + "; ".join(
+                f"{p} " + " ".join(f"{s} {e:+.1%}" for s, e in v["errs"].items()) for p, v in plans.items()))
     worst = [max(abs(v["err"]) for p, v in r.items() if not p.startswith("_")) for r in rounds]
     med = sorted(range(len(rounds)), key=lambda i: worst[i])[len(rounds) // 2]
     ratios = [bt.round_ratios(r) for r in rounds]
