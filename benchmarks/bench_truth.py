@@ -15,10 +15,13 @@ by pass in one launch (an unrecorded warm pass first; in every pass each plan's 
 steps unrecorded, its steady state measured; per plan the median step over the passes).
 Memory: each worker's peak as the process measured it (resident set on CPU, CUDA's
 ``max_memory_allocated`` on GPUs: ``kernel_runtime.run.procmem``) beside the predicted peak. The median
-round counts; the worst round is reported too.
+round counts; the worst round is reported too. Per family also each round's shared shift (the
+median over the plans of measured / predicted: what moves them all alike, the machine between the
+profile and the runs) and each plan's own error once it is taken out. ``--bracket`` profiles again
+after the runs (``one_round``).
 
     python benchmarks/bench_truth.py [--seed N] [--rounds 3] [--steps 4] [--passes 5] [--warmup 3]
-                                     [--families a,b]
+                                     [--families a,b] [--bracket]
                                      [--quick] [--small]
 
 One line per family: ``family=<name> max_rel_error=<x> auto_vs_best=<x>``; the last line:
@@ -92,7 +95,7 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3, 
     out = {"_profile": prob, "_machine": machine_moved(speed0, speed1, speed2)}
     for (name, plan), tls in zip(plans.items(), measured):
         meas = statistics.median(tl.makespan for tl in tls)
-        errs = {k: (meas - simulate(plan, p).makespan) / simulate(plan, p).makespan for k, p in profs.items()}
+        errs = {k: meas / simulate(plan, p).makespan - 1 for k, p in profs.items()}
         sim = simulate(plan, profs["bracketed"] if bracket else prob)
         pred_mem = list(sim.metrics.peak_memory)
         peaks = [tl.peak_memory_measured for tl in tls if tl.peak_memory_measured]
