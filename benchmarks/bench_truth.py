@@ -95,8 +95,9 @@ def one_round(fam, *, steps, passes, devices, time_limit, log, warmup: int = 3, 
     out = {"_profile": prob, "_machine": machine_moved(speed0, speed1, speed2)}
     for (name, plan), tls in zip(plans.items(), measured):
         meas = statistics.median(tl.makespan for tl in tls)
-        errs = {k: meas / simulate(plan, p).makespan - 1 for k, p in profs.items()}
-        sim = simulate(plan, profs["bracketed"] if bracket else prob)
+        sims = {k: simulate(plan, p) for k, p in profs.items()}
+        errs = {k: meas / s.makespan - 1 for k, s in sims.items()}
+        sim = sims["bracketed" if bracket else "before"]
         pred_mem = list(sim.metrics.peak_memory)
         peaks = [tl.peak_memory_measured for tl in tls if tl.peak_memory_measured]
         meas_mem = [statistics.median(p[r] for p in peaks) for r in range(len(peaks[0]))] if peaks else []

@@ -194,7 +194,8 @@ def merge_profiles(problems: list[Problem]) -> Problem:
                 raise ValueError(f"merge_profiles: profile {k} has {what} {b}, profile 0 has {a}")
     med = lambda xs: None if any(x is None for x in xs) else statistics.median(xs)
     d = first.to_dict()
-    layer_ms = [k for k, m in _measurements().items() if m["unit"] == "ms" and k in {f.name for f in fields(Layer)}]
+    layer_fields = {f.name for f in fields(Layer)}
+    layer_ms = [k for k, m in _measurements().items() if m["unit"] == "ms" and k in layer_fields]
     for i, lay in enumerate(d["layers"]):
         for f in layer_ms:
             if f in lay:
