@@ -149,6 +149,11 @@ def round_ratios(r: dict) -> dict:
             "vs_1f1b": plans["1f1b"]["meas"] / plans["auto"]["meas"] if "1f1b" in plans else float("nan")}
 
 
+def errs_text(v: dict) -> str:
+    """A plan's errors by profile (``one_round(bracket=True)``), e.g. ``before +1.5% after -9.9% ...``."""
+    return " ".join(f"{s} {e:+.1%}" for s, e in v["errs"].items())
+
+
 def by_profile(all_rounds: dict) -> str:
     """With ``--bracket``: per family and overall, the worst plan's median-round error predicted
     from the profile before the runs alone, after them alone, and from both merged."""
@@ -230,7 +235,7 @@ def main(argv=None) -> int:
             print(f"{fam.name} round {k}: " + "; ".join(
                 f"{p} pred {v['pred']:.1f} meas {v['meas']:.1f} MiB pred {v['pred_mem']:.1f} meas "
                 f"{v['meas_mem']:.1f} (per rank pred {_mib(v['pred_mem_ranks'])} meas {_mib(v['meas_mem_ranks'])})"
-                + (" err " + "/".join(f"{s} {e:+.1%}" for s, e in v["errs"].items()) if len(v["errs"]) > 1 else "")
+                + (" err " + errs_text(v) if len(v["errs"]) > 1 else "")
                 for p, v in r.items()))
             m = moved[fam.name][k - 1]
             print(f"{fam.name} round {k}: machine (reference kernels before profile / after / after runs) "

@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             f"meas {v['meas_mem']:.1f}" for p, v in plans.items()))
         if a.bracket:
             log(f"round {k + 1} error by profile: " + "; ".join(
-                f"{p} " + " ".join(f"{s} {e:+.1%}" for s, e in v["errs"].items()) for p, v in plans.items()))
+                f"{p} {bt.errs_text(v)}" for p, v in plans.items()))
     worst = [max(abs(v["err"]) for p, v in r.items() if not p.startswith("_")) for r in rounds]
     med = sorted(range(len(rounds)), key=lambda i: worst[i])[len(rounds) // 2]
     ratios = [bt.round_ratios(r) for r in rounds]

@@ -179,9 +179,10 @@ _COMM_MEASURED = ("comm", "bandwidth", "comm_cpu")
 
 def merge_profiles(problems: list[Problem]) -> Problem:
     """One profile of several taken of one model at different times: every time (each layer's
-    times the probe measured, ``profile_time.UnitTimes``' ms fields; the overheads; comm, bandwidth,
-    comm_cpu) the median over them, memory and everything else from the first. A machine whose speed moves over minutes
-    (docs/cost_model.md, "Bracketing the runs") is seen at more moments than one profile sees.
+    times the probe measured, ``profile_time.UnitTimes``' ms fields; the overheads; comm,
+    bandwidth, comm_cpu) the median over them, memory and everything else from the first, so a
+    machine whose speed moves over minutes is seen at more moments than one profile sees (on the
+    2-core VM it did not make predictions better: docs/cost_model.md, "Bracketing the runs").
     Profiles of different models or shapes are refused, naming the field that differs."""
     if not problems:
         raise ValueError("merge_profiles: no profiles given")

@@ -263,8 +263,9 @@ def time_units(layers: list[nn.Module], units: Sequence[Sequence[int]], x, targe
     ``repeats`` repetitions, while the machine's drift over them (``drift`` of the per-repetition
     totals) exceeds ``tolerance`` or the medians' error (``median_error``) exceeds half of it, more
     are timed, up to ``max_repeats``: the medians then span a longer stretch of the machine's
-    states (a 2-core VM moved 10-30% over tens of seconds, docs/cost_model.md). ``agree(done)`` makes the workers stop together (all must be done).
-    ``report`` receives {"repeats", "drift", "error"}."""
+    states (a 2-core VM moved 10-30% over tens of seconds, docs/cost_model.md). ``agree(done)``
+    makes the workers stop together (all must be done). ``report`` receives {"repeats", "drift",
+    "error"}."""
     device = device or x.device
     units = [tuple(u) for u in units]
     n = len(layers)
